@@ -1,0 +1,24 @@
+//! One daemon connection: the shared framed codec plus the agent's error mapping.
+
+use glovebox_proto::agent::ErrorCode;
+pub use glovebox_proto::io::{split, ConnError, Reader, Writer};
+
+/// Maps an OS error to the protocol's error code.
+pub fn code_of(e: &std::io::Error) -> ErrorCode {
+    use std::io::ErrorKind as K;
+    match e.raw_os_error() {
+        Some(libc::ENOTDIR) => return ErrorCode::NotADirectory,
+        Some(libc::EISDIR) => return ErrorCode::IsADirectory,
+        Some(libc::ENOTEMPTY) => return ErrorCode::NotEmpty,
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => return ErrorCode::NoSpace,
+        Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENAMETOOLONG) => return ErrorCode::InvalidArgument,
+        _ => {}
+    }
+    match e.kind() {
+        K::NotFound => ErrorCode::NotFound,
+        K::AlreadyExists => ErrorCode::AlreadyExists,
+        K::PermissionDenied => ErrorCode::PermissionDenied,
+        K::InvalidInput | K::InvalidData => ErrorCode::InvalidArgument,
+        _ => ErrorCode::Io,
+    }
+}

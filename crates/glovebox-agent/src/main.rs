@@ -1,0 +1,126 @@
+//! `glovebox-agent`: PID 1 of every sandbox.
+//!
+//! Started by the daemon as `glovebox-agent jail` (config on stdin); the jailer half
+//! (`glovebox_jail::jailer`) builds the sandbox and returns here only inside it. From then on
+//! this process reaps every orphan, runs commands, and serves file requests, one request per
+//! connection on the listening socket the jailer bound on the host side.
+
+mod conn;
+mod exec;
+mod files;
+
+use std::sync::Arc;
+
+use glovebox_proto::agent::{ErrorCode, Reply, Request, VERSION};
+use glovebox_proto::frame::Kind;
+use tokio::net::UnixListener;
+
+const HOME: &str = "/home/user";
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        Some("jail") => {
+            let booted = glovebox_jail::jailer::main_from_stdin();
+            std::process::exit(serve(booted));
+        }
+        Some("--version") => println!("glovebox-agent {}", env!("CARGO_PKG_VERSION")),
+        _ => {
+            eprintln!("glovebox-agent: started by the glovebox daemon as `glovebox-agent jail`, not by hand");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(8).build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agent: runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        let seccomp = match glovebox_jail::seccomp::compile() {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                eprintln!("agent: seccomp: {e}");
+                return 1;
+            }
+        };
+        let files = match files::Files::open(std::path::Path::new("/"), HOME) {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                eprintln!("agent: open root: {e}");
+                return 1;
+            }
+        };
+        let exec = match exec::Exec::start(booted.command_cgroup, seccomp, HOME) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("agent: {e}");
+                return 1;
+            }
+        };
+        let std_listener = std::os::unix::net::UnixListener::from(booted.listener);
+        if let Err(e) = std_listener.set_nonblocking(true) {
+            eprintln!("agent: listener: {e}");
+            return 1;
+        }
+        let listener = match UnixListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("agent: listener: {e}");
+                return 1;
+            }
+        };
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    eprintln!("agent: accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let exec = exec.clone();
+            let files = files.clone();
+            tokio::spawn(async move {
+                if let Err(e) = handle(stream, &exec, &files).await {
+                    eprintln!("agent: connection: {e}");
+                }
+            });
+        }
+    })
+}
+
+async fn handle(stream: tokio::net::UnixStream, exec: &exec::Exec, files: &files::Files) -> Result<(), conn::ConnError> {
+    let (mut r, mut w) = conn::split(stream);
+    let Some((kind, body)) = r.next().await? else { return Ok(()) };
+    if kind != Kind::Json {
+        return w.error(ErrorCode::Protocol, "expected a request").await;
+    }
+    let req: Request = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return w.error(ErrorCode::Protocol, format!("bad request: {e}")).await,
+    };
+    match req {
+        Request::Ping => w.json(&Reply::Pong { version: VERSION }).await,
+        Request::Exec(spec) => exec.run(spec, r, w).await,
+        Request::Attach { id } => exec.attach(id, &mut w).await,
+        Request::Signal { id, signal } => exec.signal(id, signal, &mut w).await,
+        Request::Stdin { id } => exec.stdin(id, &mut r, &mut w).await,
+        Request::CloseStdin { id } => exec.close_stdin(id, &mut w).await,
+        Request::List => exec.list(&mut w).await,
+        Request::Release { id } => exec.release(id, &mut w).await,
+        Request::Usage => exec.usage(&mut w).await,
+        req @ (Request::ReadFile { .. }
+        | Request::WriteFile { .. }
+        | Request::ListDir { .. }
+        | Request::Stat { .. }
+        | Request::MakeDir { .. }
+        | Request::Remove { .. }
+        | Request::Rename { .. }) => files.handle(req, &mut r, &mut w).await,
+        Request::EndData | Request::EndStdin => w.error(ErrorCode::Protocol, "unexpected message").await,
+    }
+}

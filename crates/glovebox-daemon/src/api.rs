@@ -1,0 +1,394 @@
+//! The native HTTP API under `/v1`. Handlers only parse, authorize, call the manager (or the
+//! sandbox's agent through `ops`) and map errors; one `ApiError` gives every failure one
+//! status and one stable machine code.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use glovebox_proto::agent::ErrorCode;
+use glovebox_proto::api::{
+    CreateSandbox, EndReason, Entries, ErrorBody, ErrorDetail, ExecRequest, MakeDir, Rename, SandboxList, SetTimeout,
+    SignalRequest,
+};
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::manager::Manager;
+use crate::ops;
+use crate::util::constant_time_eq;
+
+/// Largest JSON body accepted (stdin given inline counts here; use the file API for more).
+pub const MAX_JSON_BODY: usize = 16 << 20;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: Arc<Manager>,
+    pub api_key: Arc<String>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/sandboxes", post(create).get(list))
+        .route("/sandboxes/{id}", get(get_one).delete(kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/exec", post(exec))
+        .route("/sandboxes/{id}/commands", get(commands))
+        .route("/sandboxes/{id}/commands/{cid}", get(command))
+        .route("/sandboxes/{id}/commands/{cid}/kill", post(signal))
+        .route("/sandboxes/{id}/commands/{cid}/stdin", post(stdin))
+        .route(
+            "/sandboxes/{id}/files",
+            get(download).put(upload).delete(remove).layer(DefaultBodyLimit::disable()),
+        )
+        .route("/sandboxes/{id}/files/list", get(list_dir))
+        .route("/sandboxes/{id}/files/stat", get(stat))
+        .route("/sandboxes/{id}/files/mkdir", post(mkdir))
+        .route("/sandboxes/{id}/files/rename", post(rename))
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .nest("/v1", v1)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .with_state(state)
+}
+
+async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let given = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()));
+    match given {
+        Some(k) if constant_time_eq(k.trim().as_bytes(), st.api_key.as_bytes()) => next.run(req).await,
+        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key").into_response(),
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing API key (send `Authorization: Bearer <key>`)",
+        )
+        .into_response(),
+    }
+}
+
+/// An error response: status + stable code + message (+ reason for `sandbox_gone`).
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
+        ApiError { status, body: ErrorBody { error: ErrorDetail { code: code.into(), message: message.into(), reason: None } } }
+    }
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+    pub fn into_detail(self) -> ErrorDetail {
+        self.body.error
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let msg = e.to_string();
+        let (status, code) = match &e {
+            Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            Error::SandboxNotFound(_) => (StatusCode::NOT_FOUND, "sandbox_not_found"),
+            Error::NotFound { what: "template", .. } => (StatusCode::NOT_FOUND, "template_not_found"),
+            Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            Error::Gone { reason, .. } => {
+                let mut a = ApiError::new(StatusCode::GONE, "sandbox_gone", msg);
+                a.body.error.reason = Some(*reason);
+                return a;
+            }
+            Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Error::Start(_) => {
+                tracing::error!("{msg}");
+                (StatusCode::INTERNAL_SERVER_ERROR, "start_failed")
+            }
+            Error::File { code, .. } => match code {
+                ErrorCode::NotFound => (StatusCode::NOT_FOUND, "file_not_found"),
+                ErrorCode::AlreadyExists => (StatusCode::CONFLICT, "file_exists"),
+                ErrorCode::NotADirectory => (StatusCode::BAD_REQUEST, "not_a_directory"),
+                ErrorCode::IsADirectory => (StatusCode::BAD_REQUEST, "is_a_directory"),
+                ErrorCode::NotEmpty => (StatusCode::CONFLICT, "directory_not_empty"),
+                ErrorCode::PermissionDenied => (StatusCode::FORBIDDEN, "permission_denied"),
+                ErrorCode::InvalidArgument => (StatusCode::BAD_REQUEST, "invalid_path"),
+                ErrorCode::NoSpace => (StatusCode::INSUFFICIENT_STORAGE, "disk_full"),
+                ErrorCode::SpawnFailed => (StatusCode::BAD_REQUEST, "spawn_failed"),
+                ErrorCode::Protocol | ErrorCode::Io => (StatusCode::BAD_GATEWAY, "agent_error"),
+            },
+            Error::Agent(_) => {
+                tracing::warn!("{msg}");
+                (StatusCode::BAD_GATEWAY, "agent_error")
+            }
+            Error::Internal(_) => {
+                tracing::error!("{msg}");
+                return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error (see the daemon log)");
+            }
+        };
+        ApiError::new(status, code, msg)
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// `Json` with rejections turned into our error shape (400 + what was wrong).
+pub struct Json<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(r) => Err(json_rejection(r)),
+        }
+    }
+}
+
+fn json_rejection(r: JsonRejection) -> ApiError {
+    let status = match &r {
+        JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        JsonRejection::BytesRejection(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    ApiError::new(status, "invalid_request", r.body_text())
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
+    (status, axum::Json(v)).into_response()
+}
+
+async fn create(State(st): State<AppState>, Json(req): Json<CreateSandbox>) -> ApiResult<Response> {
+    let sb = st.manager.create(req).await?;
+    Ok(json(StatusCode::CREATED, &sb.view()))
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    /// `key=value` metadata filters, comma separated.
+    #[serde(default)]
+    metadata: Option<String>,
+}
+
+async fn list(State(st): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
+    let mut filters = BTreeMap::new();
+    if let Some(m) = &q.metadata {
+        for pair in m.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "metadata filter must be key=value"))?;
+            filters.insert(k.to_string(), v.to_string());
+        }
+    }
+    let sandboxes = st
+        .manager
+        .list()
+        .into_iter()
+        .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .collect();
+    Ok(json(StatusCode::OK, &SandboxList { sandboxes }))
+}
+
+async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.get(&id)?.view()))
+}
+
+async fn kill(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    st.manager.get(&id)?;
+    st.manager.destroy(&id, EndReason::Killed).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn set_timeout(State(st): State<AppState>, Path(id): Path<String>, Json(t): Json<SetTimeout>) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.set_timeout(&id, t.timeout_s)?.view()))
+}
+
+fn wants_ndjson(h: &HeaderMap) -> bool {
+    h.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("application/x-ndjson"))
+}
+
+async fn exec(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<ExecRequest>,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    if req.background {
+        let started = ops::exec_background(&st.manager, &sb, req).await?;
+        return Ok(json(StatusCode::ACCEPTED, &started));
+    }
+    if wants_ndjson(&headers) {
+        let stream = ops::exec_stream(st.manager.clone(), sb, req).await?;
+        return Ok(Response::builder()
+            .header(header::CONTENT_TYPE, "application/x-ndjson")
+            .body(Body::from_stream(stream))
+            .map_err(|e| ApiError::from(Error::Internal(e.to_string())))?);
+    }
+    Ok(json(StatusCode::OK, &ops::exec(&st.manager, &sb, req).await?))
+}
+
+async fn commands(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    Ok(json(StatusCode::OK, &ops::list_commands(&st.manager, &sb).await?))
+}
+
+#[derive(Deserialize)]
+struct CommandQuery {
+    #[serde(default)]
+    wait: bool,
+    #[serde(default)]
+    encoding: glovebox_proto::api::Encoding,
+}
+
+async fn command(
+    State(st): State<AppState>,
+    Path((id, cid)): Path<(String, u64)>,
+    Query(q): Query<CommandQuery>,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    Ok(json(StatusCode::OK, &ops::command_result(&st.manager, &sb, cid, q.wait, q.encoding).await?))
+}
+
+async fn signal(
+    State(st): State<AppState>,
+    Path((id, cid)): Path<(String, u64)>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let req: SignalRequest = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        SignalRequest { signal: None }
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))?
+    };
+    let sig = req.signal.unwrap_or(libc::SIGKILL);
+    ops::signal(&st.manager, &sb, cid, sig).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct StdinQuery {
+    #[serde(default)]
+    close: bool,
+}
+
+async fn stdin(
+    State(st): State<AppState>,
+    Path((id, cid)): Path<(String, u64)>,
+    Query(q): Query<StdinQuery>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    ops::send_stdin(&st.manager, &sb, cid, &body, q.close).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct PathQuery {
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    #[serde(default)]
+    depth: Option<u32>,
+    /// Octal file mode for uploads, e.g. `0755`.
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+async fn download(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let (info, body) = ops::download(st.manager.clone(), sb, q.path).await?;
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::CONTENT_LENGTH, info.size)
+        .body(Body::from_stream(body))
+        .map_err(|e| Error::Internal(e.to_string()).into())
+}
+
+async fn upload(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+    body: Body,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let mode = match &q.mode {
+        Some(m) => Some(
+            u32::from_str_radix(m.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o7777)
+                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "mode must be octal, e.g. 0644"))?,
+        ),
+        None => None,
+    };
+    let info = ops::upload(&st.manager, &sb, q.path, mode, body.into_data_stream()).await?;
+    Ok(json(StatusCode::OK, &info))
+}
+
+async fn remove(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Remove { path: q.path, recursive: q.recursive })
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_dir(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let depth = q.depth.unwrap_or(1);
+    if depth == 0 || depth > 32 {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "depth must be between 1 and 32"));
+    }
+    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::ListDir { path: q.path, depth }).await?;
+    match r {
+        glovebox_proto::agent::Reply::Entries { entries } => Ok(json(StatusCode::OK, &Entries { entries })),
+        other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
+    }
+}
+
+async fn stat(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Stat { path: q.path }).await?;
+    file_info(r)
+}
+
+async fn mkdir(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<MakeDir>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::MakeDir { path: b.path, parents: true })
+        .await?;
+    file_info(r)
+}
+
+async fn rename(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<Rename>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Rename { from: b.from, to: b.to }).await?;
+    file_info(r)
+}
+
+fn file_info(r: glovebox_proto::agent::Reply) -> ApiResult<Response> {
+    match r {
+        glovebox_proto::agent::Reply::FileInfo(i) => Ok(json(StatusCode::OK, &i)),
+        other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
+    }
+}

@@ -1,0 +1,11 @@
+//! The Glovebox daemon as a library: the sandbox manager, the operations that go to a
+//! sandbox's agent, and the HTTP API. The `glovebox` binary runs it (`glovebox serve`) or
+//! embeds it (`glovebox run` without a daemon).
+
+pub mod api;
+pub mod error;
+pub mod manager;
+pub mod ops;
+pub mod server;
+pub mod slots;
+pub mod util;

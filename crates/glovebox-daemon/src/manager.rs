@@ -1,0 +1,497 @@
+//! The sandbox registry and state machine: create, the lifetime clock, agent death, destroy,
+//! and restart reconciliation. Every way a sandbox ends goes through [`Manager::destroy`],
+//! which records why, so later calls can say so (`Error::Gone`).
+//!
+//! Invariants:
+//! - A sandbox is in `live` only while its agent runs; everything it owns on the host (uid
+//!   slot, cgroups, its directory) is released by `destroy`, in that order of acquisition
+//!   reversed, and a failed create releases what it took (fail closed).
+//! - The host never touches a path inside a sandbox: files go through the agent.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use glovebox_jail::cgroup::{self, Cgroup, CgroupDriver};
+use glovebox_jail::config::JailConfig;
+use glovebox_proto::agent::{self as ap, Reply, Request};
+use glovebox_proto::api::{self, CreateSandbox, EndReason, Limits, NetworkPolicy, Sandbox, SandboxState};
+use glovebox_proto::io::{Reader, Writer};
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+use crate::slots::{Slot, Slots, RANGE};
+use crate::util::{random_token, rfc3339};
+
+/// How many ended sandboxes are remembered (to answer "gone, because …").
+const GONE_MEMORY: usize = 10_000;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    /// The `glovebox-agent` binary (the jailer and PID 1 of every sandbox).
+    pub agent_exe: PathBuf,
+    pub cgroup_root: PathBuf,
+    pub defaults: Limits,
+}
+
+impl Config {
+    pub fn new(data_dir: PathBuf, agent_exe: PathBuf) -> Config {
+        Config { data_dir, agent_exe, cgroup_root: PathBuf::from("/sys/fs/cgroup"), defaults: Limits::default() }
+    }
+}
+
+pub struct Manager {
+    cfg: Config,
+    cgroups: Box<dyn CgroupDriver>,
+    slots: Slots,
+    skel: PathBuf,
+    live: RwLock<HashMap<String, Arc<Sb>>>,
+    gone: Mutex<(HashMap<String, EndReason>, VecDeque<String>)>,
+}
+
+/// One live sandbox.
+pub struct Sb {
+    pub id: String,
+    pub template: String,
+    pub created_at: SystemTime,
+    pub limits: Limits,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub network: NetworkPolicy,
+    pub pid: i32,
+    socket: PathBuf,
+    dir: PathBuf,
+    cgroup: Box<dyn Cgroup>,
+    deadline: Mutex<(Instant, SystemTime)>,
+    clock: Notify,
+    _slot: Slot,
+}
+
+impl Sb {
+    pub fn view(&self) -> Sandbox {
+        Sandbox {
+            id: self.id.clone(),
+            template: self.template.clone(),
+            state: SandboxState::Running,
+            created_at: rfc3339(self.created_at),
+            expires_at: rfc3339(lock(&self.deadline).1),
+            limits: self.limits.clone(),
+            metadata: self.metadata.clone(),
+            network: self.network.clone(),
+            end_reason: None,
+        }
+    }
+
+    /// A new connection to the sandbox's agent.
+    pub async fn connect(&self) -> Result<(Reader, Writer)> {
+        glovebox_proto::io::connect(&self.socket).await.map_err(|e| Error::Agent(e.to_string()))
+    }
+
+    pub fn oom_kills(&self) -> u64 {
+        self.cgroup.stats().map(|s| s.oom_kills).unwrap_or(0)
+    }
+
+    pub fn stats(&self) -> Option<cgroup::Stats> {
+        self.cgroup.stats().ok()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Poisoning only follows a panic while holding the lock; the maps stay consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Internal(format!("{what}: {e}"))
+}
+
+impl Manager {
+    /// Opens the data directory, cleans up whatever a previous daemon left behind, and
+    /// prepares the `base` root skeleton. Must run inside a tokio runtime.
+    pub fn open(cfg: Config) -> Result<Arc<Manager>> {
+        if !cfg.agent_exe.is_file() {
+            return Err(Error::Internal(format!("agent binary not found at {}", cfg.agent_exe.display())));
+        }
+        for d in [&cfg.data_dir, &cfg.data_dir.join("sandboxes"), &cfg.data_dir.join("base")] {
+            fs::create_dir_all(d).map_err(internal("create data dir"))?;
+            // Traversable, not listable: the sandbox's PID 1 (an unprivileged host uid) walks
+            // through here to its own mount point once; nothing here is readable to it.
+            fs::set_permissions(d, fs::Permissions::from_mode(0o711)).map_err(internal("chmod data dir"))?;
+        }
+        let slots = Slots::new(&cfg.data_dir.join("slots")).map_err(internal("slots dir"))?;
+        fs::set_permissions(cfg.data_dir.join("slots"), fs::Permissions::from_mode(0o700))
+            .map_err(internal("chmod slots dir"))?;
+        let cgroups = cgroup::detect(&cfg.cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
+        // Each process sharing the data dir gets its own skeleton copy, so one daemon's
+        // start never replaces the tree under another's running sandboxes.
+        let skel = cfg.data_dir.join("base").join(format!("host-{}", std::process::id()));
+        glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
+        // Orphans reparent to us, so the agents we start stay our children to reap.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        let m = Arc::new(Manager {
+            cfg,
+            cgroups,
+            slots,
+            skel,
+            live: RwLock::new(HashMap::new()),
+            gone: Mutex::new((HashMap::new(), VecDeque::new())),
+        });
+        m.reconcile();
+        Ok(m)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Cleans up sandboxes whose owner died (their uid slot is no longer locked): kills their
+    /// processes, removes their cgroups and directories. Sandboxes of other live processes
+    /// sharing the data dir are left alone.
+    fn reconcile(&self) {
+        let dir = self.cfg.data_dir.join("sandboxes");
+        let Ok(entries) = fs::read_dir(&dir) else { return };
+        for e in entries.flatten() {
+            let id = e.file_name().to_string_lossy().into_owned();
+            let slot = fs::read_to_string(e.path().join("slot")).ok().and_then(|s| s.trim().parse::<u32>().ok());
+            if let Some(n) = slot {
+                if self.slots.is_held(n) {
+                    continue;
+                }
+            }
+            tracing::warn!(sandbox = %id, "cleaning up sandbox left by a previous daemon");
+            if let Ok(Some(cg)) = self.cgroups.open(&id) {
+                let _ = cg.kill_all();
+                if let Err(e) = cg.destroy() {
+                    tracing::error!(sandbox = %id, "remove cgroup: {e}");
+                }
+            }
+            let _ = fs::remove_dir_all(e.path());
+            if let Some(n) = slot {
+                // Adopting then dropping frees the slot file.
+                if let Ok(Some(s)) = self.slots.adopt(n, &id) {
+                    drop(s);
+                }
+            }
+            self.remember(&id, EndReason::DaemonRestart);
+        }
+        // Cgroups with no directory (a daemon killed mid-create or mid-teardown).
+        if let Ok(names) = self.cgroups.list() {
+            for name in names {
+                if !dir.join(&name).exists() {
+                    if let Ok(Some(cg)) = self.cgroups.open(&name) {
+                        let _ = cg.kill_all();
+                        let _ = cg.destroy();
+                    }
+                }
+            }
+        }
+        // Skeletons of processes that are gone.
+        if let Ok(entries) = fs::read_dir(self.cfg.data_dir.join("base")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(pid) = name.strip_prefix("host-").and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok()) {
+                    if pid != std::process::id() as i32 && !Path::new(&format!("/proc/{pid}")).exists() {
+                        let _ = fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+    }
+
+    fn remember(&self, id: &str, reason: EndReason) {
+        let mut g = lock(&self.gone);
+        let (map, order) = &mut *g;
+        if map.insert(id.to_string(), reason).is_none() {
+            order.push_back(id.to_string());
+        }
+        while order.len() > GONE_MEMORY {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+
+    /// The live sandbox, or why it is not.
+    pub fn get(&self, id: &str) -> Result<Arc<Sb>> {
+        if let Some(sb) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return Ok(sb.clone());
+        }
+        match lock(&self.gone).0.get(id) {
+            Some(reason) => Err(Error::Gone { id: id.to_string(), reason: *reason }),
+            None => Err(Error::SandboxNotFound(id.to_string())),
+        }
+    }
+
+    pub fn list(&self) -> Vec<Sandbox> {
+        let mut v: Vec<Sandbox> =
+            self.live.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.view()).collect();
+        v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        v
+    }
+
+    pub fn live_count(&self) -> usize {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Fills in defaults and checks bounds; the error says which value is wrong.
+    pub fn limits_for(&self, r: &api::Resources) -> Result<Limits> {
+        let d = &self.cfg.defaults;
+        let l = Limits {
+            cpus: r.cpus.unwrap_or(d.cpus),
+            memory_mb: r.memory_mb.unwrap_or(d.memory_mb),
+            disk_mb: r.disk_mb.unwrap_or(d.disk_mb),
+            pids: r.pids.unwrap_or(d.pids),
+        };
+        if !(l.cpus.is_finite() && l.cpus >= 0.01 && l.cpus <= api::MAX_CPUS) {
+            return Err(Error::Invalid(format!("resources.cpus must be between 0.01 and {}", api::MAX_CPUS)));
+        }
+        if !(api::MIN_MEMORY_MB..=api::MAX_MEMORY_MB).contains(&l.memory_mb) {
+            return Err(Error::Invalid(format!(
+                "resources.memory_mb must be between {} and {}",
+                api::MIN_MEMORY_MB,
+                api::MAX_MEMORY_MB
+            )));
+        }
+        if !(api::MIN_DISK_MB..=api::MAX_DISK_MB).contains(&l.disk_mb) {
+            return Err(Error::Invalid(format!(
+                "resources.disk_mb must be between {} and {}",
+                api::MIN_DISK_MB,
+                api::MAX_DISK_MB
+            )));
+        }
+        if !(api::MIN_PIDS..=api::MAX_PIDS).contains(&l.pids) {
+            return Err(Error::Invalid(format!("resources.pids must be between {} and {}", api::MIN_PIDS, api::MAX_PIDS)));
+        }
+        Ok(l)
+    }
+
+    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
+        let limits = self.limits_for(&req.resources)?;
+        let template = req.template.clone().unwrap_or_else(|| "base".to_string());
+        if template != "base" {
+            return Err(Error::NotFound { what: "template", name: template });
+        }
+        let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
+        if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
+            return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
+        }
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
+            }
+        }
+        let id = random_token(16);
+        let this = self.clone();
+        let id2 = id.clone();
+        let sb = tokio::task::spawn_blocking(move || this.start(&id2, template, limits, timeout_s, req))
+            .await
+            .map_err(|e| Error::Internal(format!("create task: {e}")))??;
+        let sb = Arc::new(sb);
+        self.live.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sb.clone());
+        self.watch(sb.clone());
+        tracing::info!(sandbox = %id, pid = sb.pid, "sandbox started");
+        Ok(sb)
+    }
+
+    /// Blocking part of create: slot, directory, cgroups, jail. Undoes all of it on failure.
+    fn start(&self, id: &str, template: String, limits: Limits, timeout_s: u64, req: CreateSandbox) -> Result<Sb> {
+        let slot = self.slots.take(id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
+        let dir = self.cfg.data_dir.join("sandboxes").join(id);
+        let undo_dir = |d: &Path| {
+            let _ = fs::remove_dir_all(d);
+        };
+        let mk = || -> std::io::Result<()> {
+            fs::create_dir(&dir)?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
+            fs::write(dir.join("slot"), slot.index.to_string())?;
+            let mnt = dir.join("mnt");
+            fs::create_dir(&mnt)?;
+            fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
+        };
+        if let Err(e) = mk() {
+            undo_dir(&dir);
+            return Err(Error::Internal(format!("sandbox dir: {e}")));
+        }
+        let cl = cgroup::Limits {
+            memory_bytes: limits.memory_mb << 20,
+            cpu_quota: limits.cpus,
+            pids: limits.pids,
+        };
+        let cg = match self.cgroups.create(id, &cl, slot.uid_base()) {
+            Ok(c) => c,
+            Err(e) => {
+                undo_dir(&dir);
+                return Err(Error::Start(format!("cgroup: {e}")));
+            }
+        };
+        let socket = dir.join("agent.sock");
+        let jc = JailConfig {
+            id: id.to_string(),
+            uid_base: slot.uid_base(),
+            uid_count: RANGE,
+            hostname: "glovebox".into(),
+            mount_dir: dir.join("mnt"),
+            socket_path: socket.clone(),
+            layers: vec![self.skel.clone()],
+            host_usr: true,
+            disk_bytes: limits.disk_mb << 20,
+            shm_bytes: (limits.memory_mb << 20) / 2,
+            cgroup_procs: cg.procs_files(),
+            command_cgroup: Some(cg.command_parent()),
+            pids: limits.pids,
+        };
+        let log = fs::File::create(dir.join("agent.log"));
+        let launched = log
+            .map_err(|e| Error::Internal(format!("agent log: {e}")))
+            .and_then(|log| {
+                glovebox_jail::launch::launch(&self.cfg.agent_exe, &jc, log).map_err(|e| Error::Start(e.to_string()))
+            });
+        let pid = match launched {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = cg.kill_all();
+                let _ = cg.destroy();
+                undo_dir(&dir);
+                return Err(e);
+            }
+        };
+        let now = SystemTime::now();
+        let life = Duration::from_secs(timeout_s);
+        Ok(Sb {
+            id: id.to_string(),
+            template,
+            created_at: now,
+            limits,
+            metadata: req.metadata,
+            env: req.env,
+            network: req.network,
+            pid,
+            socket,
+            dir,
+            cgroup: cg,
+            deadline: Mutex::new((Instant::now() + life, now + life)),
+            clock: Notify::new(),
+            _slot: slot,
+        })
+    }
+
+    /// The lifetime clock and the agent-death watch of one sandbox.
+    fn watch(self: &Arc<Self>, sb: Arc<Sb>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let pidfd = rustix::process::Pid::from_raw(sb.pid)
+                .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+                .and_then(|fd| {
+                    // `new` is deprecated for fds whose owner could close them underneath the
+                    // reactor; this one is an OwnedFd moved in, so that cannot happen.
+                    #[allow(deprecated)]
+                    let r = tokio::io::unix::AsyncFd::new(fd).ok();
+                    r
+                });
+            let died = async {
+                match &pidfd {
+                    Some(fd) => {
+                        let _ = fd.readable().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::pin!(died);
+            loop {
+                let deadline = lock(&sb.deadline).0;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        if Instant::now() >= lock(&sb.deadline).0 {
+                            this.destroy(&sb.id, EndReason::Timeout).await;
+                            return;
+                        }
+                    }
+                    _ = sb.clock.notified() => continue,
+                    _ = &mut died => {
+                        if this.get(&sb.id).is_err() {
+                            return; // destroyed on purpose; the exit was ours
+                        }
+                        let reason = if sb.oom_kills() > 0 { EndReason::Oom } else { EndReason::Error };
+                        tracing::warn!(sandbox = %sb.id, reason = reason.as_str(), "sandbox agent exited");
+                        this.destroy(&sb.id, reason).await;
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Moves the lifetime deadline to `timeout_s` from now.
+    pub fn set_timeout(&self, id: &str, timeout_s: u64) -> Result<Arc<Sb>> {
+        if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
+            return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
+        }
+        let sb = self.get(id)?;
+        let life = Duration::from_secs(timeout_s);
+        *lock(&sb.deadline) = (Instant::now() + life, SystemTime::now() + life);
+        sb.clock.notify_one();
+        Ok(sb)
+    }
+
+    /// Ends a sandbox for `reason`: kill everything, release everything, remember why.
+    /// Returns false if it was not live.
+    pub async fn destroy(&self, id: &str, reason: EndReason) -> bool {
+        let sb = self.live.write().unwrap_or_else(|p| p.into_inner()).remove(id);
+        let Some(sb) = sb else { return false };
+        self.remember(id, reason);
+        sb.clock.notify_one();
+        let sb2 = sb.clone();
+        let r = tokio::task::spawn_blocking(move || teardown(&sb2)).await;
+        match r {
+            Ok(Ok(())) => tracing::info!(sandbox = %id, reason = reason.as_str(), "sandbox destroyed"),
+            Ok(Err(e)) => tracing::error!(sandbox = %id, "teardown: {e}"),
+            Err(e) => tracing::error!(sandbox = %id, "teardown task: {e}"),
+        }
+        true
+    }
+
+    /// Destroys every live sandbox (daemon shutdown, end of an embedded run).
+    pub async fn destroy_all(&self, reason: EndReason) {
+        let ids: Vec<String> = self.live.read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        for id in ids {
+            self.destroy(&id, reason).await;
+        }
+        let _ = fs::remove_dir_all(&self.skel);
+    }
+
+    /// One request to a sandbox's agent, answered by one reply.
+    pub async fn agent_call(&self, sb: &Sb, req: &Request) -> Result<Reply> {
+        let (mut r, mut w) = sb.connect().await?;
+        w.json(req).await?;
+        let reply: Reply = r.json().await.map_err(|e| self.agent_error(&sb.id, e))?;
+        Ok(reply)
+    }
+
+    /// Turns a broken agent connection into the reason the sandbox is gone, when it is.
+    pub fn agent_error(&self, id: &str, e: impl std::fmt::Display) -> Error {
+        match self.get(id) {
+            Err(gone @ Error::Gone { .. }) => gone,
+            _ => Error::Agent(e.to_string()),
+        }
+    }
+}
+
+fn teardown(sb: &Sb) -> std::result::Result<(), String> {
+    let killed = sb.cgroup.kill_all().map_err(|e| format!("kill: {e}"));
+    // The agent is our child (subreaper): reap it so no zombie remains.
+    if let Some(p) = rustix::process::Pid::from_raw(sb.pid) {
+        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+    }
+    let destroyed = sb.cgroup.destroy().map_err(|e| format!("cgroup: {e}"));
+    let _ = fs::remove_dir_all(&sb.dir);
+    killed.and(destroyed).map(drop)
+}
+
+/// Maps an agent `Reply::Error` to the manager's error.
+pub fn reply_error(code: ap::ErrorCode, message: String) -> Error {
+    Error::File { code, message }
+}

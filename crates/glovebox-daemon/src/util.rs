@@ -1,0 +1,91 @@
+//! Small pieces with no better home: ids, secrets, time formatting.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A random lowercase alphanumeric string (ids: 16 chars ≈ 82 bits; keys: 40 chars).
+pub fn random_token(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut out = String::with_capacity(len);
+    let mut buf = [0u8; 64];
+    while out.len() < len {
+        // getrandom only fails if the OS has no entropy source at all; then an id cannot be
+        // made safely and the caller's request fails loudly rather than using weak ids.
+        if getrandom::fill(&mut buf).is_err() {
+            panic!("no OS randomness available");
+        }
+        for b in buf {
+            // 252 = 7 * 36: reject the tail to keep the distribution uniform.
+            if b < 252 && out.len() < len {
+                out.push(ALPHABET[(b % 36) as usize] as char);
+            }
+        }
+    }
+    out
+}
+
+/// Compares secrets without leaking where they differ through timing.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// RFC 3339 in UTC with millisecond precision, e.g. `2026-12-01T07:05:01.123Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, dd) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_millis(951_782_400_250)), "2000-02-29T00:00:00.250Z");
+        assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_796_108_701)), "2026-12-01T07:05:01.000Z");
+    }
+
+    #[test]
+    fn tokens_are_random_and_well_formed() {
+        let a = random_token(16);
+        let b = random_token(16);
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+    }
+
+    #[test]
+    fn eq_is_exact() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

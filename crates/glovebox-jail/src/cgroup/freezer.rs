@@ -1,0 +1,46 @@
+//! freezer: stops every process of a cgroup tree so none forks or exits while we read its pids
+//! and signal them (a frozen process keeps its pid, so the pid we kill is never a reused one).
+//! v1: the freezer hierarchy's `freezer.state`; v2: the core `cgroup.freeze` file.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::fs::{self, Fs};
+use super::CgroupError;
+
+/// How long to wait for the kernel to report the tree frozen. A task in uninterruptible sleep
+/// can hold freezing up; we signal anyway (SIGKILL stays pending) rather than hang.
+const FREEZE_WAIT: Duration = Duration::from_millis(500);
+const POLL: Duration = Duration::from_millis(5);
+
+const V1_STATE: &str = "freezer.state";
+const V2_FREEZE: &str = "cgroup.freeze";
+const V2_EVENTS: &str = "cgroup.events";
+
+pub(super) fn freeze_v1(fs: &dyn Fs, dir: &Path) -> Result<(), CgroupError> {
+    let state = dir.join(V1_STATE);
+    fs::write(fs, &state, "FROZEN")?;
+    wait(|| Ok(fs::read(&state)?.trim() == "FROZEN"))
+}
+
+pub(super) fn thaw_v1(fs: &dyn Fs, dir: &Path) -> Result<(), CgroupError> {
+    fs::write(fs, &dir.join(V1_STATE), "THAWED")
+}
+
+pub(super) fn freeze_v2(fs: &dyn Fs, dir: &Path) -> Result<(), CgroupError> {
+    fs::write(fs, &dir.join(V2_FREEZE), "1")?;
+    let events = dir.join(V2_EVENTS);
+    wait(|| Ok(fs::read_keyed(&events, "frozen")? == 1))
+}
+
+pub(super) fn thaw_v2(fs: &dyn Fs, dir: &Path) -> Result<(), CgroupError> {
+    fs::write(fs, &dir.join(V2_FREEZE), "0")
+}
+
+fn wait(mut frozen: impl FnMut() -> Result<bool, CgroupError>) -> Result<(), CgroupError> {
+    let deadline = Instant::now() + FREEZE_WAIT;
+    while !frozen()? && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! The last steps before a user command's `execve`, run by the agent in the forked child:
+//! join the command's cgroup, new session, oom preference, credentials, securebits, drop
+//! every capability (bounding, ambient, effective, permitted, inheritable), no_new_privs,
+//! then the seccomp filter — which must be last, as it forbids some of the calls before it.
+//!
+//! Only async-signal-safe work happens in the child: raw syscalls on values prepared
+//! beforehand (the agent runs a multi-threaded runtime, so the child may not allocate or
+//! take locks).
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::Arc;
+
+/// What a command's child does before exec. Built once per command in the parent.
+pub struct ChildSetup {
+    /// `cgroup.procs` of the command's own child cgroup, opened for writing.
+    pub cgroup_procs: Option<OwnedFd>,
+    pub uid: u32,
+    pub gid: u32,
+    /// The compiled seccomp filter (shared by every command).
+    pub seccomp: Option<Arc<seccompiler::BpfProgram>>,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
+const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+const SECBIT_NO_SETUID_FIXUP_LOCKED: libc::c_ulong = 1 << 3;
+const SECBIT_KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+const SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+/// Higher than anything the kernel defines today (CAP_LAST_CAP is 40 on 6.x); dropping an
+/// unknown one fails with EINVAL, which ends the loop.
+const CAP_MAX: libc::c_ulong = 63;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// Runs in the forked child. Every call is a raw syscall on prepared data.
+fn in_child(s: &ChildSetup) -> io::Result<()> {
+    if let Some(fd) = &s.cgroup_procs {
+        // "0" moves the writing process (both cgroup versions).
+        // SAFETY: writing a static one-byte buffer to an fd we own.
+        if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr() as *const libc::c_void, 1) } != 1 {
+            return Err(err());
+        }
+    }
+    // SAFETY: setsid has no memory arguments; a fresh child is never a group leader.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(err());
+    }
+    // Prefer user code over the agent when the sandbox runs out of memory (raising the
+    // score needs no privilege).
+    // SAFETY: static NUL-terminated path; the fd is closed right after.
+    let fd = unsafe { libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd >= 0 {
+        // SAFETY: static buffer, our own fd.
+        unsafe {
+            libc::write(fd, b"500".as_ptr() as *const libc::c_void, 3);
+            libc::close(fd);
+        }
+    }
+    // SAFETY: integer-only credential calls; the zero-length group list needs no pointer.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0 {
+            return Err(err());
+        }
+        if libc::syscall(libc::SYS_setresgid, s.gid, s.gid, s.gid) < 0 {
+            return Err(err());
+        }
+    }
+    // Lock root out of privilege: uid 0 gains nothing on exec, and nothing can be
+    // re-raised later. Needs CAP_SETPCAP, which the agent still has here.
+    let bits = SECBIT_NOROOT
+        | SECBIT_NOROOT_LOCKED
+        | SECBIT_NO_SETUID_FIXUP
+        | SECBIT_NO_SETUID_FIXUP_LOCKED
+        | SECBIT_KEEP_CAPS_LOCKED
+        | SECBIT_NO_CAP_AMBIENT_RAISE
+        | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: integer-only prctl.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } < 0 {
+        return Err(err());
+    }
+    // SAFETY: integer-only setresuid.
+    if unsafe { libc::syscall(libc::SYS_setresuid, s.uid, s.uid, s.uid) } < 0 {
+        return Err(err());
+    }
+    for cap in 0..=CAP_MAX {
+        // SAFETY: integer-only prctl; EINVAL past the last capability ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            break;
+        }
+    }
+    // SAFETY: integer-only prctl.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
+    let hdr = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: header and two data structs laid out as the kernel's v3 capset ABI expects,
+    // alive across the call.
+    if unsafe { libc::syscall(libc::SYS_capset, &hdr as *const CapHeader, data.as_ptr()) } < 0 {
+        return Err(err());
+    }
+    // SAFETY: integer-only prctl.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
+        return Err(err());
+    }
+    if let Some(prog) = &s.seccomp {
+        crate::seccomp::install(prog).map_err(|e| io::Error::other(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Spawns `cmd` with the jail's per-command setup applied in the child before exec.
+/// The caller sets argv, env (cleared), cwd and stdio on `cmd` beforehand.
+pub fn spawn(cmd: &mut Command, setup: Arc<ChildSetup>) -> io::Result<Child> {
+    let s = setup.clone();
+    // SAFETY: the closure runs between fork and exec in the child and only performs raw
+    // syscalls on data prepared before the fork (see `in_child`); it allocates only in the
+    // seccomp error path, which ends the child.
+    unsafe {
+        cmd.pre_exec(move || in_child(&s));
+    }
+    let child = cmd.spawn();
+    drop(setup);
+    child
+}

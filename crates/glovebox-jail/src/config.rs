@@ -1,0 +1,36 @@
+//! What the daemon tells the jailer about one sandbox. Sent as JSON over the jailer's stdin
+//! (never argv or environment, which the sandbox could read back from /proc).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::KillMethod;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JailConfig {
+    pub id: String,
+    /// First host uid (and gid) of the sandbox's private range; sandbox uid 0 maps here.
+    pub uid_base: u32,
+    pub uid_count: u32,
+    pub hostname: String,
+    /// An empty host directory, traversable (0711) but not writable by the range, on which
+    /// the jailer mounts the sandbox's private tmpfs (inside its own mount namespace only).
+    pub mount_dir: PathBuf,
+    /// Where the agent's listening socket is bound on the host (a root-only directory).
+    pub socket_path: PathBuf,
+    /// Read-only lower layers of `/`, top-most first. Each is id-mapped into the sandbox.
+    pub layers: Vec<PathBuf>,
+    /// Also overlay the host's `/usr` (read-only, id-mapped) at `/usr`.
+    pub host_usr: bool,
+    /// Size cap of the writable upper layer (everything the sandbox writes to disk).
+    pub disk_bytes: u64,
+    /// Size cap of `/dev/shm` (its pages count against the memory limit).
+    pub shm_bytes: u64,
+    /// `cgroup.procs` files the jailer joins before creating namespaces.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Directory (delegated to the range's uid) for per-command child cgroups.
+    pub command_cgroup: Option<(PathBuf, KillMethod)>,
+    /// Process cap (also applied as RLIMIT_NPROC: the uid range is this sandbox's alone).
+    pub pids: u64,
+}

@@ -1,0 +1,223 @@
+//! The jailer: turns a freshly exec'd, single-threaded host-root process into a sandbox's
+//! PID 1. Runs inside the agent binary (`glovebox-agent jail`) so the agent needs no second
+//! exec after `pivot_root`: nothing of the host is reachable from inside once this returns.
+//!
+//! ```text
+//! jailer (host root)              A (new userns)              G (PID 1, all new namespaces)
+//!  join cgroups, bind socket
+//!  unshare(mount ns), rslave /
+//!  clone(NEWUSER) ─────────────▶  wait for "go"
+//!  write uid/gid maps
+//!  build rootfs (id-mapped)
+//!  "go" ──────────────────────▶  setresuid(0) (= range base)
+//!                                 unshare(mnt,pid,net,uts,ipc,cgroup)
+//!                                 fork ─────────────────────▶ pivot_root, /proc, lo up,
+//!                                 report pid, exit              rlimits, close fds,
+//!  reap A, exit                                                 non-dumpable → agent
+//! ```
+//!
+//! Status lines go to fd 1 (a pipe the daemon reads): `pid N`, then `ready` or `error: …`.
+//! Any failure ends every process of the sandbox: A and G exit, the jailer kills A, and the
+//! daemon (which owns the cgroup) kills whatever is left.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use crate::cgroup::KillMethod;
+use crate::config::JailConfig;
+use crate::error::{Ctx, JailError, Result};
+use crate::{rootfs, sys};
+
+/// What the agent inherits from the jailer, at fixed fd numbers.
+pub struct Booted {
+    /// The listening socket the daemon connects to (one connection per request).
+    pub listener: OwnedFd,
+    /// The delegated cgroup directory for per-command children, and how to kill one.
+    pub command_cgroup: Option<(OwnedFd, KillMethod)>,
+    pub pids: u64,
+}
+
+pub const STATUS_FD: RawFd = 3;
+// Above anything the jailer opens before `pid1`, so the dup2s below cannot clobber a source.
+const LISTENER_FD: RawFd = 10;
+const CGROUP_FD: RawFd = 11;
+
+/// Writes one status line for the daemon (fd 3, the status pipe).
+fn report(line: &str) {
+    // SAFETY: STATUS_FD is the status pipe for the whole life of the jailer processes (set
+    // up first thing in `main_from_stdin`); a failed write is ignored on purpose: the
+    // daemon treats a missing `ready` as failure.
+    let _ = unsafe { libc::write(STATUS_FD, line.as_ptr() as *const libc::c_void, line.len()) };
+}
+
+/// Reads the config from stdin and runs the jail. Returns only in the sandbox's PID 1; every
+/// other process of the jailer exits inside.
+pub fn main_from_stdin() -> Booted {
+    if sys::dup2(1, STATUS_FD).is_err() {
+        sys::exit_now(1);
+    }
+    let mut buf = String::new();
+    let cfg = std::io::stdin()
+        .read_to_string(&mut buf)
+        .map_err(|e| JailError::sys("read config", e))
+        .and_then(|_| serde_json::from_str::<JailConfig>(&buf).map_err(|e| JailError::Config(e.to_string())));
+    match cfg.and_then(|cfg| run(&cfg)) {
+        Ok(b) => {
+            report("ready\n");
+            // SAFETY: the status pipe is done; closing our copy lets the daemon see EOF.
+            unsafe { libc::close(STATUS_FD) };
+            b
+        }
+        Err(e) => {
+            report(&format!("error: {e}\n"));
+            sys::exit_now(1)
+        }
+    }
+}
+
+fn write_file(path: &str, body: &str) -> Result<()> {
+    fs::write(path, body).ctx_at("write", path)
+}
+
+fn run(cfg: &JailConfig) -> Result<Booted> {
+    if cfg.uid_base == 0 || cfg.uid_count < 1 {
+        return Err(JailError::Config("uid range must not include host root".into()));
+    }
+    let me = sys::getpid().to_string();
+    for procs in &cfg.cgroup_procs {
+        fs::write(procs, &me).ctx_at("join cgroup", procs)?;
+    }
+    let cg = match &cfg.command_cgroup {
+        Some((dir, kill)) => {
+            let f = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(dir)
+                .ctx_at("open command cgroup", dir)?;
+            Some((OwnedFd::from(f), *kill))
+        }
+        None => None,
+    };
+    let _ = fs::remove_file(&cfg.socket_path);
+    let listener = UnixListener::bind(&cfg.socket_path).ctx_at("bind agent socket", &cfg.socket_path)?;
+    fs::set_permissions(&cfg.socket_path, fs::Permissions::from_mode(0o600))
+        .ctx_at("chmod agent socket", &cfg.socket_path)?;
+
+    sys::unshare(libc::CLONE_NEWNS).ctx("unshare mount namespace")?;
+    sys::mount(None, std::path::Path::new("/"), None, libc::MS_REC | libc::MS_SLAVE, None)
+        .ctx("make / a slave mount")?;
+
+    let (go_r, go_w) = sys::pipe().ctx("pipe")?;
+    match sys::fork_with(libc::CLONE_NEWUSER).ctx("clone user namespace")? {
+        sys::Forked::Child => {
+            drop(go_w);
+            child_a(cfg, go_r, listener, cg)
+        }
+        sys::Forked::Parent { child } => {
+            drop(go_r);
+            drop(listener);
+            let r = parent(cfg, child, go_w);
+            if r.is_err() {
+                let _ = sys::kill(child, libc::SIGKILL);
+            }
+            let reaped = sys::waitpid(child, 0);
+            r?;
+            match reaped {
+                Ok((_, st)) if libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0 => sys::exit_now(0),
+                // A already reported its own error on the status pipe.
+                _ => sys::exit_now(1),
+            }
+        }
+    }
+}
+
+fn parent(cfg: &JailConfig, child: libc::pid_t, go: OwnedFd) -> Result<()> {
+    let map = format!("0 {} {}\n", cfg.uid_base, cfg.uid_count);
+    write_file(&format!("/proc/{child}/uid_map"), &map)?;
+    write_file(&format!("/proc/{child}/gid_map"), &map)?;
+    let ns_path = format!("/proc/{child}/ns/user");
+    let userns = File::open(&ns_path).ctx_at("open user namespace", &ns_path)?;
+    rootfs::build(cfg, userns.as_fd())?;
+    File::from(go).write_all(b"g").ctx("signal child")
+}
+
+/// In the new user namespace: becomes its uid 0, creates the other namespaces and forks the
+/// sandbox's PID 1. Returns only in PID 1.
+fn child_a(cfg: &JailConfig, go: OwnedFd, listener: UnixListener, cg: Option<(OwnedFd, KillMethod)>) -> Result<Booted> {
+    let mut b = [0u8; 1];
+    let n = File::from(go).read(&mut b).ctx("wait for parent")?;
+    if n != 1 {
+        // The parent failed and reported why; nothing more to say.
+        sys::exit_now(1);
+    }
+    sys::setresgid(0).ctx("setresgid")?;
+    sys::setgroups_empty().ctx("setgroups")?;
+    sys::setresuid(0).ctx("setresuid")?;
+    sys::unshare(
+        libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWNET
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWCGROUP,
+    )
+    .ctx("unshare namespaces")?;
+    match sys::fork_with(0).ctx("fork pid 1")? {
+        sys::Forked::Child => pid1(cfg, listener, cg),
+        sys::Forked::Parent { child } => {
+            report(&format!("pid {child}\n"));
+            sys::exit_now(0)
+        }
+    }
+}
+
+fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMethod)>) -> Result<Booted> {
+    let root: PathBuf = cfg.mount_dir.join("root");
+    rootfs::enter(&root)?;
+    sys::sethostname(&cfg.hostname).ctx("sethostname")?;
+    sys::loopback_up().ctx("bring up lo")?;
+
+    // Lower only (root here lacks CAP_SYS_RESOURCE, and the sandbox must never get more).
+    sys::lower_rlimit(libc::RLIMIT_CORE, 0, 0).ctx("rlimit core")?;
+    sys::lower_rlimit(libc::RLIMIT_NOFILE, 1 << 16, 1 << 16).ctx("rlimit nofile")?;
+    sys::lower_rlimit(libc::RLIMIT_NPROC, cfg.pids, cfg.pids).ctx("rlimit nproc")?;
+    // Nothing inside may ptrace or read the agent's memory, nor its fds through /proc.
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).ctx("prctl dumpable")?;
+
+    // Fixed fd numbers, then close everything else inherited.
+    let lfd = listener.into_raw_fd();
+    sys::dup2(lfd, LISTENER_FD).ctx("dup listener")?;
+    let cg = match cg {
+        Some((fd, kill)) => {
+            sys::dup2(fd.into_raw_fd(), CGROUP_FD).ctx("dup cgroup")?;
+            Some(kill)
+        }
+        None => None,
+    };
+    let devnull = File::open("/dev/null").ctx("open /dev/null")?;
+    sys::dup2(devnull.as_raw_fd(), 0).ctx("stdin")?;
+    sys::dup2(devnull.as_raw_fd(), 1).ctx("stdout")?;
+    drop(devnull);
+    sys::close_range(STATUS_FD as u32 + 1, LISTENER_FD as u32 - 1).ctx("close inherited fds")?;
+    sys::close_range(CGROUP_FD as u32 + 1, u32::MAX).ctx("close inherited fds")?;
+    for fd in [STATUS_FD, LISTENER_FD, CGROUP_FD] {
+        let _ = sys::set_cloexec(fd, true);
+    }
+    if cg.is_none() {
+        // SAFETY: CGROUP_FD holds nothing of ours when there is no command cgroup; closing a
+        // closed fd is harmless (EBADF).
+        unsafe { libc::close(CGROUP_FD) };
+    }
+    for (k, _) in std::env::vars_os() {
+        std::env::remove_var(k);
+    }
+    // SAFETY: LISTENER_FD was dup2'ed from the listener above and is owned by nothing else.
+    let listener = unsafe { OwnedFd::from_raw_fd(LISTENER_FD) };
+    // SAFETY: CGROUP_FD was dup2'ed from the cgroup dir fd above when `cg` is Some.
+    let command_cgroup = cg.map(|k| (unsafe { OwnedFd::from_raw_fd(CGROUP_FD) }, k));
+    Ok(Booted { listener, command_cgroup, pids: cfg.pids })
+}

@@ -1,0 +1,328 @@
+//! The sandbox's root filesystem.
+//!
+//! Layout of the private tmpfs mounted on `mount_dir` (it exists only in the jailer's mount
+//! namespace, so no host mount is ever left behind; it vanishes with the sandbox's last
+//! process):
+//!
+//! ```text
+//! mount_dir/            tmpfs, size = disk budget, mode 0711
+//!   lower/N             id-mapped, read-only bind of layer N (and of the host's /usr)
+//!   upper/{root,usr}    the sandbox's writes (owned by its uid 0)
+//!   work/{root,usr}     overlayfs work dirs
+//!   root/               overlay of the layers + upper/root: becomes `/`
+//!     usr/              overlay of the host /usr + upper/usr (when `host_usr`)
+//!     dev/              small tmpfs: bind-mounted null, zero, full, random, urandom, tty
+//!     dev/shm           tmpfs capped at `shm_bytes`
+//! ```
+//!
+//! Invariants: host paths are only ever lower layers, read-only, nosuid, nodev, id-mapped so
+//! on-disk uid 0 is the sandbox's uid 0 (its own host uid), and no host directory is writable
+//! from inside. Every write lands in the tmpfs, whose size is the disk cap.
+
+use std::fs;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::JailConfig;
+use crate::error::{Ctx, Result};
+use crate::sys;
+
+const MS_NOSUID: libc::c_ulong = libc::MS_NOSUID;
+const MS_NODEV: libc::c_ulong = libc::MS_NODEV;
+const MS_NOEXEC: libc::c_ulong = libc::MS_NOEXEC;
+
+fn mkdir(p: &Path, mode: u32) -> Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(mode).create(p).ctx_at("mkdir", p)?;
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).ctx_at("chmod", p)
+}
+
+fn chown(p: &Path, uid: u32) -> Result<()> {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).ctx_at("chown", p)
+}
+
+/// Binds `src` read-only, nosuid, nodev, with ids mapped through `userns`, onto `dst`.
+fn idmapped_bind(src: &Path, dst: &Path, userns: BorrowedFd<'_>) -> Result<()> {
+    let tree = sys::open_tree_clone(src, true).ctx_at("open_tree", src)?;
+    sys::mount_setattr(
+        tree.as_fd(),
+        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+        Some(userns),
+    )
+    .ctx_at("id-map mount", src)?;
+    sys::move_mount_to(tree.as_fd(), dst).ctx_at("move_mount", dst)
+}
+
+fn overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Result<()> {
+    let lower = lowers.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
+    let opts = format!(
+        "lowerdir={lower},upperdir={},workdir={},index=off,xino=off,redirect_dir=nofollow,metacopy=off",
+        upper.display(),
+        work.display()
+    );
+    sys::mount(Some("overlay"), target, Some("overlay"), MS_NOSUID | MS_NODEV, Some(&opts))
+        .ctx_at("mount overlay", target)
+}
+
+/// Host side, as host root inside the jailer's private mount namespace: builds `root/`.
+/// `userns` is the sandbox's user namespace (for the id-mapping).
+pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
+    let m = &cfg.mount_dir;
+    let r = cfg.uid_base;
+    let opts = format!("size={},mode=0711,nr_inodes={}", cfg.disk_bytes, inode_cap(cfg.disk_bytes));
+    sys::mount(Some("glovebox"), m, Some("tmpfs"), MS_NOSUID | MS_NODEV, Some(&opts))
+        .ctx_at("mount disk tmpfs", m)?;
+
+    let mut lowers = Vec::new();
+    for (i, layer) in cfg.layers.iter().enumerate() {
+        let dst = m.join("lower").join(i.to_string());
+        mkdir(&dst, 0o700)?;
+        idmapped_bind(layer, &dst, userns)?;
+        lowers.push(dst);
+    }
+    if lowers.is_empty() {
+        return Err(crate::error::JailError::Config("no root filesystem layers".into()));
+    }
+    for d in ["upper", "work"] {
+        mkdir(&m.join(d), 0o700)?;
+        for sub in ["root", "usr"] {
+            let p = m.join(d).join(sub);
+            mkdir(&p, 0o755)?;
+            chown(&p, r)?;
+        }
+    }
+    fs::set_permissions(m.join("upper"), fs::Permissions::from_mode(0o711)).ctx("chmod upper")?;
+    let root = m.join("root");
+    mkdir(&root, 0o755)?;
+    overlay(&lowers, &m.join("upper/root"), &m.join("work/root"), &root)?;
+
+    if cfg.host_usr {
+        let usr_lower = m.join("lower/usr");
+        mkdir(&usr_lower, 0o700)?;
+        idmapped_bind(Path::new("/usr"), &usr_lower, userns)?;
+        let target = root.join("usr");
+        if !target.is_dir() {
+            mkdir(&target, 0o755)?;
+        }
+        overlay(&[usr_lower], &m.join("upper/usr"), &m.join("work/usr"), &target)?;
+    }
+
+    build_dev(&root.join("dev"), cfg.shm_bytes)?;
+    Ok(root)
+}
+
+/// tmpfs counts inodes separately from bytes; cap them too so an inode flood stops at the
+/// disk budget (one inode per 4 KiB, at least 16k).
+fn inode_cap(disk_bytes: u64) -> u64 {
+    (disk_bytes / 4096).max(16 * 1024)
+}
+
+fn build_dev(dev: &Path, shm_bytes: u64) -> Result<()> {
+    if !dev.is_dir() {
+        mkdir(dev, 0o755)?;
+    }
+    sys::mount(Some("dev"), dev, Some("tmpfs"), MS_NOSUID | MS_NOEXEC, Some("size=64k,mode=0755,nr_inodes=64"))
+        .ctx_at("mount /dev", dev)?;
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let node = dev.join(name);
+        fs::File::create(&node).ctx_at("create device stub", &node)?;
+        let host = Path::new("/dev").join(name);
+        sys::mount(Some(&host.display().to_string()), &node, None, libc::MS_BIND, None)
+            .ctx_at("bind device", &node)?;
+    }
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        symlink(to, dev.join(link)).ctx_at("symlink", dev.join(link))?;
+    }
+    mkdir(&dev.join("pts"), 0o755)?;
+    let shm = dev.join("shm");
+    mkdir(&shm, 0o1777)?;
+    sys::mount(
+        Some("shm"),
+        &shm,
+        Some("tmpfs"),
+        MS_NOSUID | MS_NODEV,
+        Some(&format!("size={shm_bytes},mode=1777")),
+    )
+    .ctx_at("mount /dev/shm", &shm)
+}
+
+/// Inside, as the sandbox's PID 1 in its own mount namespace: makes `root` the root.
+pub fn enter(root: &Path) -> Result<()> {
+    // A fresh bind gives an unlocked top mount, which pivot_root needs (mounts copied into a
+    // less privileged namespace are locked).
+    sys::mount(Some(&root.display().to_string()), root, None, libc::MS_BIND | libc::MS_REC, None)
+        .ctx_at("bind root", root)?;
+    sys::mount(Some("proc"), &root.join("proc"), Some("proc"), MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        .ctx("mount /proc")?;
+    sys::mount(
+        Some("devpts"),
+        &root.join("dev/pts"),
+        Some("devpts"),
+        MS_NOSUID | MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .ctx("mount /dev/pts")?;
+    sys::chdir(root).ctx_at("chdir", root)?;
+    sys::pivot_root(Path::new("."), Path::new(".")).ctx("pivot_root")?;
+    // The old root is now stacked on top of the new one; detach it and every host mount
+    // under it.
+    sys::umount2(Path::new("."), libc::MNT_DETACH).ctx("detach old root")?;
+    sys::chdir(Path::new("/")).ctx("chdir /")?;
+    // /proc/sys read-only: the namespaced knobs it exposes are not the sandbox's to change.
+    let ps = Path::new("/proc/sys");
+    sys::mount(Some("/proc/sys"), ps, None, libc::MS_BIND | libc::MS_REC, None).ctx("bind /proc/sys")?;
+    sys::mount(
+        None,
+        ps,
+        None,
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        None,
+    )
+    .ctx("remount /proc/sys read-only")
+}
+
+/// The generated `/etc` and directory skeleton of the `base` root (host `/usr` underneath).
+/// Written once per daemon start into `dir` (replaced atomically).
+pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
+    let tmp = dir.with_extension("tmp");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp)?;
+    let d = |p: &str, mode: u32, uid: u32| -> std::io::Result<()> {
+        let path = tmp.join(p);
+        fs::create_dir_all(&path)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
+        std::os::unix::fs::chown(&path, Some(uid), Some(uid))
+    };
+    for p in ["usr", "proc", "dev", "sys", "run", "mnt", "opt", "srv", "var/lib", "var/cache", "var/log", "etc"] {
+        d(p, 0o755, 0)?;
+    }
+    d("tmp", 0o1777, 0)?;
+    d("var/tmp", 0o1777, 0)?;
+    d("root", 0o700, 0)?;
+    d("home", 0o755, 0)?;
+    d("home/user", 0o755, 1000)?;
+    for l in ["bin", "sbin", "lib", "lib64", "lib32", "libx32"] {
+        if let Ok(t) = fs::read_link(Path::new("/").join(l)) {
+            symlink(t, tmp.join(l))?;
+        }
+    }
+    let etc = tmp.join("etc");
+    for name in HOST_ETC {
+        let src = Path::new("/etc").join(name);
+        if fs::symlink_metadata(&src).is_ok() {
+            copy_tree(&src, &etc.join(name))?;
+        }
+    }
+    let files: [(&str, &str); 6] = [
+        (
+            "passwd",
+            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        ),
+        ("group", "root:x:0:\ntty:x:5:\nusers:x:100:user\nuser:x:1000:\nnogroup:x:65534:\n"),
+        ("hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tglovebox\n"),
+        ("hostname", "glovebox\n"),
+        ("resolv.conf", ""),
+        ("machine-id", "00000000000000000000000000000000\n"),
+    ];
+    for (name, body) in files {
+        let p = etc.join(name);
+        let _ = fs::remove_file(&p);
+        fs::write(&p, body)?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644))?;
+    }
+    let _ = fs::remove_dir_all(dir);
+    fs::rename(&tmp, dir)
+}
+
+/// `/etc` entries programs on the host's `/usr` expect (dynamic linker cache, alternatives
+/// symlinks, TLS roots, name service and locale configuration). Nothing secret.
+const HOST_ETC: &[&str] = &[
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "nsswitch.conf",
+    "localtime",
+    "timezone",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "mime.types",
+    "protocols",
+    "services",
+    "networks",
+    "os-release",
+    "debian_version",
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "inputrc",
+    "host.conf",
+    "gai.conf",
+    "shells",
+    "login.defs",
+    "magic",
+    "magic.mime",
+    "python3",
+    "python3.11",
+    "perl",
+    "environment",
+    "locale.alias",
+    "mke2fs.conf",
+    "papersize",
+];
+
+fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
+    let md = fs::symlink_metadata(src)?;
+    if md.file_type().is_symlink() {
+        symlink(fs::read_link(src)?, dst)
+    } else if md.is_dir() {
+        fs::create_dir_all(dst)?;
+        fs::set_permissions(dst, md.permissions())?;
+        for e in fs::read_dir(src)? {
+            let e = e?;
+            copy_tree(&e.path(), &dst.join(e.file_name()))?;
+        }
+        Ok(())
+    } else if md.is_file() {
+        // World-readable files only: a host file that is private stays private.
+        if md.permissions().mode() & 0o004 == 0 {
+            return Ok(());
+        }
+        fs::copy(src, dst).map(drop)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_cap_scales_with_disk() {
+        assert_eq!(inode_cap(1 << 20), 16 * 1024);
+        assert_eq!(inode_cap(1 << 32), (1 << 32) / 4096);
+    }
+
+    #[test]
+    fn skel_has_no_private_host_files() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("skel");
+        build_host_skel(&dir).unwrap();
+        assert!(dir.join("etc/passwd").is_file());
+        assert!(!dir.join("etc/shadow").exists());
+        let passwd = fs::read_to_string(dir.join("etc/passwd")).unwrap();
+        assert!(passwd.starts_with("root:x:0:0"));
+        assert_eq!(fs::metadata(dir.join("tmp")).unwrap().permissions().mode() & 0o7777, 0o1777);
+        // Rebuilding replaces it.
+        build_host_skel(&dir).unwrap();
+        assert!(!dir.with_extension("tmp").exists());
+    }
+}

@@ -1,0 +1,298 @@
+//! One small safe wrapper per raw syscall the jail needs (those `libc` exposes without a
+//! safe interface). Every wrapper turns `-1` into `std::io::Error` and owns nothing it is not
+//! given. Callers add the context (which path, which step) in their own error types.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a nul byte"))
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_long(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// mount(2). `data` is the comma-separated option string of the filesystem.
+pub fn mount(
+    source: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let src = source.map(CString::new).transpose()?;
+    let fst = fstype.map(CString::new).transpose()?;
+    let dat = data.map(CString::new).transpose()?;
+    let tgt = cstr(target)?;
+    // SAFETY: every pointer is either null or points at a NUL-terminated CString that lives
+    // until the call returns; mount(2) does not keep them.
+    let r = unsafe {
+        libc::mount(
+            src.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            tgt.as_ptr(),
+            fst.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+            flags,
+            dat.as_ref().map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
+        )
+    };
+    check(r).map(drop)
+}
+
+pub fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
+    let t = cstr(target)?;
+    // SAFETY: `t` is a valid NUL-terminated string for the duration of the call.
+    check(unsafe { libc::umount2(t.as_ptr(), flags) }).map(drop)
+}
+
+pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
+    let n = cstr(new_root)?;
+    let o = cstr(put_old)?;
+    // SAFETY: both arguments are valid NUL-terminated strings alive across the call.
+    check_long(unsafe { libc::syscall(libc::SYS_pivot_root, n.as_ptr(), o.as_ptr()) }).map(drop)
+}
+
+pub fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare takes only an integer; it changes this process's namespaces, which the
+    // caller intends (the jailer is single-threaded, so no other thread is affected).
+    check(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// What `fork_with` returned in this process.
+pub enum Forked {
+    Parent { child: libc::pid_t },
+    Child,
+}
+
+/// clone(2) with fork semantics (no new stack) and extra namespace `flags`.
+///
+/// Only for single-threaded processes (the jailer): the child continues on a copy of the
+/// caller's stack, as after fork(2).
+pub fn fork_with(flags: libc::c_int) -> io::Result<Forked> {
+    let f = (flags as libc::c_ulong) | (libc::SIGCHLD as libc::c_ulong);
+    // SAFETY: with a null stack pointer clone behaves like fork: the child gets a copy of the
+    // address space and resumes here. The jailer calls this while single-threaded, so no lock
+    // can be held by a thread that does not exist in the child. The tid pointers are null and
+    // unused (no CLONE_*TID flags).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            f,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    match check_long(r)? {
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent { child: pid as libc::pid_t }),
+    }
+}
+
+/// waitpid(2) for one child; returns the raw status.
+pub fn waitpid(pid: libc::pid_t, flags: libc::c_int) -> io::Result<(libc::pid_t, libc::c_int)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: `status` is a valid out-pointer for the duration of the call.
+    let r = unsafe { libc::waitpid(pid, &mut status, flags) };
+    check(r).map(|p| (p, status))
+}
+
+pub fn setresuid(uid: u32) -> io::Result<()> {
+    // SAFETY: integer-only syscall changing this process's credentials, as intended.
+    check_long(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
+}
+
+pub fn setresgid(gid: u32) -> io::Result<()> {
+    // SAFETY: integer-only syscall changing this process's credentials, as intended.
+    check_long(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
+}
+
+pub fn setgroups_empty() -> io::Result<()> {
+    // SAFETY: a zero-length list with a null pointer is valid for setgroups(2).
+    check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) })
+        .map(drop)
+}
+
+pub fn sethostname(name: &str) -> io::Result<()> {
+    // SAFETY: the pointer and length describe `name`'s bytes, alive across the call.
+    check(unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) }).map(drop)
+}
+
+pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
+    // SAFETY: only integer-argument prctl options are passed through this wrapper (no
+    // pointer arguments), so the kernel reads no memory of ours.
+    check(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
+}
+
+pub fn chdir(path: &Path) -> io::Result<()> {
+    let p = cstr(path)?;
+    // SAFETY: `p` is a valid NUL-terminated string for the duration of the call.
+    check(unsafe { libc::chdir(p.as_ptr()) }).map(drop)
+}
+
+/// open_tree(2): a detached copy of the mount tree at `path` (OPEN_TREE_CLONE).
+pub fn open_tree_clone(path: &Path, recursive: bool) -> io::Result<OwnedFd> {
+    let p = cstr(path)?;
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: `p` is valid for the call; the returned fd is new and owned by nobody else.
+    let fd = check_long(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, p.as_ptr(), flags) })?;
+    // SAFETY: the kernel just returned this fd to us; we are its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// mount_setattr(2) on a detached tree: set `attrs`, and an id-mapping from `userns`.
+pub fn mount_setattr(tree: BorrowedFd<'_>, attrs: u64, userns: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let mut a = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    if let Some(u) = userns {
+        a.attr_set |= MOUNT_ATTR_IDMAP;
+        a.userns_fd = u.as_raw_fd() as u64;
+    }
+    let empty = c"";
+    // SAFETY: `a` is a correctly laid out `struct mount_attr` (MOUNT_ATTR_SIZE_VER0 = 32
+    // bytes) alive across the call; `empty` is a valid empty string for AT_EMPTY_PATH.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+            &mut a as *mut MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// move_mount(2) of a detached tree onto `target`.
+pub fn move_mount_to(tree: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
+    let t = cstr(target)?;
+    let empty: &CStr = c"";
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    // SAFETY: both strings are valid for the call; the fd is borrowed and stays open.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// close_range(2): closes every fd in `first..=last`.
+pub fn close_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: closing fds in the range; the caller guarantees nothing it still uses lives
+    // there (Rust-owned fds in it must have been given up with into_raw_fd beforehand).
+    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
+}
+
+/// dup2(2): makes `fd` also available as `target` (without CLOEXEC).
+pub fn dup2(fd: RawFd, target: RawFd) -> io::Result<()> {
+    // SAFETY: integer-only; the caller owns both fd numbers' fate.
+    check(unsafe { libc::dup2(fd, target) }).map(drop)
+}
+
+/// Sets or clears FD_CLOEXEC.
+pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: integer-only fcntl on an fd the caller owns.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    let new = if on { flags | libc::FD_CLOEXEC } else { flags & !libc::FD_CLOEXEC };
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, new) }).map(drop)
+}
+
+/// setrlimit(2), lowering only: never raises either value above what is in force.
+pub fn lower_rlimit(resource: u32, soft: u64, hard: u64) -> io::Result<()> {
+    let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `cur` is a valid out-pointer.
+    check(unsafe { libc::getrlimit(resource, &mut cur) })?;
+    let max = cur.rlim_max.min(hard);
+    let new = libc::rlimit { rlim_cur: cur.rlim_cur.min(soft).min(max), rlim_max: max };
+    // SAFETY: `new` is a valid in-pointer.
+    check(unsafe { libc::setrlimit(resource, &new) }).map(drop)
+}
+
+/// Brings the loopback interface up (SIOCSIFFLAGS on `lo`).
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: plain socket(2); the fd is wrapped in OwnedFd right after.
+    let s = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `s` is a fresh fd we own.
+    let sock = unsafe { OwnedFd::from_raw_fd(s) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq for SIOCGIFFLAGS/SIOCSIFFLAGS, alive across both calls.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    // SAFETY: reading/writing the flags member of the union that SIOCGIFFLAGS filled in.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: as above.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req) }).map(drop)
+}
+
+/// A pipe with both ends CLOEXEC.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid out-array of two ints.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: the kernel returned two fresh fds that we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// _exit(2): leaves at once, without running destructors or atexit handlers (for forked
+/// children that must not flush state copied from the parent).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit has no preconditions and does not return.
+    unsafe { libc::_exit(code) }
+}
+
+/// kill(2).
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: integer-only syscall.
+    check(unsafe { libc::kill(pid, sig) }).map(drop)
+}

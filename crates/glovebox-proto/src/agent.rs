@@ -1,0 +1,266 @@
+//! Messages between the daemon and the agent (PID 1 of a sandbox).
+//!
+//! One request per connection: the daemon connects to the sandbox's agent socket, sends one
+//! [`Request`] as a JSON frame, then the exchange that request defines (see each variant).
+//! Every reply ends with either a terminal event or [`Reply::Error`]. Everything the agent
+//! says is untrusted input to the daemon (the agent shares its box with hostile code).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Protocol version, checked by `Ping`.
+pub const VERSION: u32 = 1;
+
+/// Default cap on each of stdout and stderr kept for one command.
+pub const DEFAULT_MAX_OUTPUT: u64 = 1 << 20;
+
+/// What to run: an argv vector (no shell) or a shell string for `/bin/sh -c`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Command {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSpec {
+    pub cmd: Command,
+    /// Working directory inside the sandbox; default the user's home or `/`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Added to the sandbox's environment for this command.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Whether stdin frames will follow; otherwise stdin is `/dev/null`.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Per-command timeout; `None` means only the sandbox lifetime bounds it.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Cap per stream on the output kept and returned.
+    #[serde(default = "default_max_output")]
+    pub max_output_bytes: u64,
+    /// Run as this uid inside the sandbox (default 0, without capabilities).
+    #[serde(default)]
+    pub uid: Option<u32>,
+    #[serde(default)]
+    pub gid: Option<u32>,
+    /// Keep running after this connection ends; fetch with `Attach`.
+    #[serde(default)]
+    pub background: bool,
+}
+
+fn default_max_output() -> u64 {
+    DEFAULT_MAX_OUTPUT
+}
+
+impl ExecSpec {
+    pub fn argv<I: IntoIterator<Item = S>, S: Into<String>>(argv: I) -> ExecSpec {
+        ExecSpec {
+            cmd: Command::Argv(argv.into_iter().map(Into::into).collect()),
+            cwd: None,
+            env: BTreeMap::new(),
+            stdin: false,
+            timeout_ms: None,
+            max_output_bytes: DEFAULT_MAX_OUTPUT,
+            uid: None,
+            gid: None,
+            background: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Reply: `Reply::Pong`.
+    Ping,
+    /// Starts a command. Reply: `Event::Started`, then (unless `background`) output frames
+    /// (`Kind::Stdout`/`Kind::Stderr`) and `Event::Exited`. While it runs the daemon may send
+    /// `Kind::Stdin` frames and a `Request::CloseStdin`-shaped JSON frame to end stdin.
+    Exec(ExecSpec),
+    /// Streams a command's output from the start (as much as was kept), then live output,
+    /// then `Event::Exited`.
+    Attach { id: u64 },
+    /// Sends a signal to a command's whole process group. Reply: `Reply::Ok`.
+    Signal { id: u64, signal: i32 },
+    /// Writes stdin to a background command: `Kind::Stdin` frames follow, then `CloseStdin`
+    /// or `EndStdin`. Reply: `Reply::Ok` after the last frame.
+    Stdin { id: u64 },
+    /// Ends a command's stdin (sent inside an `Exec` or `Stdin` exchange, or alone).
+    CloseStdin { id: u64 },
+    /// Marks the end of a `Stdin` exchange without closing the command's stdin.
+    EndStdin,
+    /// Reply: `Reply::Commands`.
+    List,
+    /// Forgets a finished command and frees its output.
+    Release { id: u64 },
+    /// Reply: `Reply::FileInfo`, then `Kind::Data` frames, then `Reply::Ok`.
+    ReadFile { path: String },
+    /// `Kind::Data` frames follow, then `EndData`. Reply: `Reply::FileInfo`.
+    WriteFile {
+        path: String,
+        #[serde(default)]
+        mode: Option<u32>,
+        /// Create missing parent directories.
+        #[serde(default = "yes")]
+        parents: bool,
+    },
+    /// Ends the data of a `WriteFile`.
+    EndData,
+    /// Reply: `Reply::Entries`.
+    ListDir {
+        path: String,
+        #[serde(default = "one")]
+        depth: u32,
+    },
+    /// Reply: `Reply::FileInfo`.
+    Stat { path: String },
+    /// Reply: `Reply::FileInfo`.
+    MakeDir {
+        path: String,
+        #[serde(default = "yes")]
+        parents: bool,
+    },
+    /// Reply: `Reply::Ok`.
+    Remove {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Reply: `Reply::FileInfo` of the destination.
+    Rename { from: String, to: String },
+    /// Reply: `Reply::Usage`.
+    Usage,
+}
+
+fn yes() -> bool {
+    true
+}
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Started { id: u64, pid: i32 },
+    Exited(ExitStatus),
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExitStatus {
+    pub id: u64,
+    /// Exit code; for a signal death, 128 + signal (what a shell reports).
+    pub exit_code: i32,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    /// The per-command timeout ran out and the command's processes were killed.
+    pub timed_out: bool,
+    /// The sandbox's memory limit was hit while the command ran (a process was OOM-killed).
+    pub oom_killed: bool,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Bytes the command wrote, including any beyond the cap.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Pong { version: u32 },
+    Ok,
+    Error { code: ErrorCode, message: String },
+    Commands { commands: Vec<CommandInfo> },
+    FileInfo(FileInfo),
+    Entries { entries: Vec<FileInfo> },
+    Usage(Usage),
+}
+
+/// Machine-readable failure kinds the agent reports; the daemon maps them to HTTP codes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    NotFound,
+    AlreadyExists,
+    NotADirectory,
+    IsADirectory,
+    NotEmpty,
+    PermissionDenied,
+    InvalidArgument,
+    NoSpace,
+    SpawnFailed,
+    Protocol,
+    Io,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CommandInfo {
+    pub id: u64,
+    pub pid: i32,
+    pub cmd: Command,
+    pub cwd: Option<String>,
+    pub running: bool,
+    pub exit: Option<ExitStatus>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FileType {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileInfo {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: FileType,
+    pub size: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Modification time, seconds since the epoch.
+    pub mtime: i64,
+    /// Where a symlink points (not followed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// Resource usage the agent sees from inside (the daemon reads cgroups for the rest).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+    pub processes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_shapes() {
+        let r: Request = serde_json::from_str(r#"{"op":"exec","cmd":["echo","hi"]}"#).unwrap();
+        match r {
+            Request::Exec(s) => {
+                assert_eq!(s.cmd, Command::Argv(vec!["echo".into(), "hi".into()]));
+                assert_eq!(s.max_output_bytes, DEFAULT_MAX_OUTPUT);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        let r: Request = serde_json::from_str(r#"{"op":"exec","cmd":"echo hi"}"#).unwrap();
+        assert!(matches!(r, Request::Exec(ExecSpec { cmd: Command::Shell(_), .. })));
+        assert!(serde_json::from_str::<Request>(r#"{"op":"exec","cmd":"x","bogus":1}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"nope"}"#).is_err());
+    }
+}

@@ -1,0 +1,296 @@
+//! Bodies of the native HTTP API (`/v1`). Requests reject unknown fields so a typo is a
+//! clear 400, not a silently ignored setting.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::agent::{Command, FileInfo, FileType};
+
+/// Sandbox lifetime when the request gives none.
+pub const DEFAULT_TIMEOUT_S: u64 = 300;
+/// Longest lifetime one request may ask for (a day); `set_timeout` may extend in steps.
+pub const MAX_TIMEOUT_S: u64 = 24 * 3600;
+/// Per-command timeout when the request gives none.
+pub const DEFAULT_COMMAND_TIMEOUT_MS: u64 = 60_000;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// CPU quota in cores (fractions allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Cap on what the sandbox may write to its root filesystem (and /tmp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+}
+
+/// The limits a sandbox actually runs with (defaults filled in).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Limits {
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub pids: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { cpus: 1.0, memory_mb: 512, disk_mb: 1024, pids: 256 }
+    }
+}
+
+/// Bounds a request's limits must fall in.
+pub const MAX_CPUS: f64 = 64.0;
+pub const MAX_MEMORY_MB: u64 = 256 * 1024;
+pub const MIN_MEMORY_MB: u64 = 16;
+pub const MAX_DISK_MB: u64 = 1024 * 1024;
+pub const MIN_DISK_MB: u64 = 1;
+pub const MAX_PIDS: u64 = 65_536;
+pub const MIN_PIDS: u64 = 8;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkMode {
+    /// Loopback only: no route, no DNS, nothing leaves the sandbox.
+    #[default]
+    DenyAll,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    #[serde(default)]
+    pub mode: NetworkMode,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Template name; `base` (the host's own /usr, read-only) when absent.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Lifetime in seconds; the sandbox is destroyed at its deadline whatever is running.
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+    #[serde(default)]
+    pub resources: Resources,
+    /// Environment every command in the sandbox starts with.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels, returned as given and usable as list filters.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub network: NetworkPolicy,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    Starting,
+    Running,
+    Stopped,
+}
+
+/// Why a sandbox is gone.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// Its lifetime ran out.
+    Timeout,
+    /// Deleted through the API.
+    Killed,
+    /// Its agent was killed by the out-of-memory killer.
+    Oom,
+    /// The agent died or stopped answering.
+    Error,
+    /// Found orphaned after a daemon restart and cleaned up.
+    DaemonRestart,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Timeout => "timeout",
+            EndReason::Killed => "killed",
+            EndReason::Oom => "oom",
+            EndReason::Error => "error",
+            EndReason::DaemonRestart => "daemon_restart",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Sandbox {
+    pub id: String,
+    pub template: String,
+    pub state: SandboxState,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// When the lifetime clock will destroy it (RFC 3339 UTC).
+    pub expires_at: String,
+    pub limits: Limits,
+    pub metadata: BTreeMap<String, String>,
+    pub network: NetworkPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_reason: Option<EndReason>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SandboxList {
+    pub sandboxes: Vec<Sandbox>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SetTimeout {
+    pub timeout_s: u64,
+}
+
+/// How command output is put into JSON: lossy UTF-8 text, or base64 of the exact bytes.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    #[default]
+    Utf8,
+    Base64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// An argv array, or a string run with `/bin/sh -c`.
+    pub cmd: Command,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Text given to the command's stdin (then closed).
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Base64 bytes given to stdin (then closed); exclusive with `stdin`.
+    #[serde(default)]
+    pub stdin_base64: Option<String>,
+    /// Per-command timeout; default 60 s; 0 means the sandbox lifetime alone bounds it.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Cap per stream; default 1 MiB.
+    #[serde(default)]
+    pub max_output_bytes: Option<u64>,
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// Return at once with the command id; fetch the result later.
+    #[serde(default)]
+    pub background: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ExecResult {
+    pub id: u64,
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub oom_killed: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub encoding: Encoding,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub duration_ms: u64,
+}
+
+/// Lines of the NDJSON exec stream (`Accept: application/x-ndjson`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ExecStreamLine {
+    Started { id: u64, pid: i32 },
+    Stdout { data: String },
+    Stderr { data: String },
+    Exited(ExecResult),
+    Error { error: ErrorDetail },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Started {
+    pub id: u64,
+    pub pid: i32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CommandSummary {
+    pub id: u64,
+    pub pid: i32,
+    pub cmd: Command,
+    pub running: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CommandList {
+    pub commands: Vec<CommandSummary>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// Signal number; default SIGKILL (9).
+    #[serde(default)]
+    pub signal: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MakeDir {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Rename {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Entries {
+    pub entries: Vec<FileInfo>,
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `sandbox_gone`, `invalid_request`.
+    pub code: String,
+    pub message: String,
+    /// For `sandbox_gone`: why it is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<EndReason>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_rejects_unknown_fields() {
+        assert!(serde_json::from_str::<CreateSandbox>(r#"{"timeout_s":5,"nope":1}"#).is_err());
+        assert!(serde_json::from_str::<CreateSandbox>(r#"{"resources":{"memroy_mb":5}}"#).is_err());
+        let c: CreateSandbox = serde_json::from_str(r#"{"resources":{"memory_mb":64}}"#).unwrap();
+        assert_eq!(c.resources.memory_mb, Some(64));
+        let n: CreateSandbox = serde_json::from_str(r#"{"network":{"mode":"deny-all"}}"#).unwrap();
+        assert_eq!(n.network.mode, NetworkMode::DenyAll);
+    }
+}

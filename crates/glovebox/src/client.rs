@@ -1,0 +1,97 @@
+//! A thin HTTP client of the native API (what `sandbox`, `files` and `run` use).
+
+use anyhow::{anyhow, bail, Context, Result};
+use futures_util::StreamExt;
+use glovebox_proto::api::{CreateSandbox, ErrorBody, ExecRequest, ExecStreamLine, Sandbox};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+/// An API error, kept typed so callers can map it to exit codes.
+#[derive(Debug)]
+pub struct ApiFailure {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+impl std::error::Error for ApiFailure {}
+
+impl Client {
+    pub fn new(base: &str, key: &str) -> Result<Client> {
+        let http = reqwest::Client::builder().no_proxy().build().context("http client")?;
+        Ok(Client { http, base: base.trim_end_matches('/').to_string(), key: key.to_string() })
+    }
+
+    pub fn req(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(&self.key)
+    }
+
+    pub async fn send(&self, rb: RequestBuilder) -> Result<Response> {
+        let resp = rb.send().await.with_context(|| format!("cannot reach the glovebox daemon at {}", self.base))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(b) => Err(ApiFailure { status, code: b.error.code, message: b.error.message }.into()),
+            Err(_) => Err(ApiFailure { status, code: "http_error".into(), message: format!("HTTP {status}: {text}") }.into()),
+        }
+    }
+
+    pub async fn json<T: serde::de::DeserializeOwned>(&self, rb: RequestBuilder) -> Result<T> {
+        let resp = self.send(rb).await?;
+        resp.json::<T>().await.context("bad response from the daemon")
+    }
+
+    pub async fn create(&self, req: &CreateSandbox) -> Result<Sandbox> {
+        self.json(self.req(Method::POST, "/v1/sandboxes").json(req)).await
+    }
+
+    pub async fn kill(&self, id: &str) -> Result<()> {
+        self.send(self.req(Method::DELETE, &format!("/v1/sandboxes/{id}"))).await.map(drop)
+    }
+
+    /// Runs a command with NDJSON streaming, calling `on_line` for every line.
+    pub async fn exec_stream(
+        &self,
+        id: &str,
+        req: &ExecRequest,
+        mut on_line: impl FnMut(ExecStreamLine) -> Result<()>,
+    ) -> Result<()> {
+        let resp = self
+            .send(
+                self.req(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                    .header("accept", "application/x-ndjson")
+                    .json(req),
+            )
+            .await?;
+        let mut body = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut ended = false;
+        while let Some(chunk) = body.next().await {
+            buf.extend_from_slice(&chunk.context("reading the command's output")?);
+            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let parsed: ExecStreamLine =
+                    serde_json::from_slice(&line).map_err(|e| anyhow!("bad stream line from the daemon: {e}"))?;
+                ended |= matches!(parsed, ExecStreamLine::Exited(_) | ExecStreamLine::Error { .. });
+                on_line(parsed)?;
+            }
+        }
+        if !ended {
+            bail!("the daemon ended the stream before the command finished");
+        }
+        Ok(())
+    }
+}

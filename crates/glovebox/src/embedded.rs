@@ -1,0 +1,55 @@
+//! The daemon in-process: `serve` runs it on a port; `run` without `$GLOVEBOX_URL` starts it
+//! on a private loopback port with a throwaway key, uses it like any client, then tears down.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use glovebox_daemon::manager::{Config, Manager};
+
+pub fn open_manager(data_dir: &Path) -> Result<Arc<Manager>> {
+    if !rustix_is_root() {
+        return Err(anyhow!("glovebox needs root to create sandboxes (namespaces, cgroups, id-mapped mounts)"));
+    }
+    let agent = glovebox_daemon::server::find_agent()
+        .ok_or_else(|| anyhow!("glovebox-agent not found beside this binary (set GLOVEBOX_AGENT)"))?;
+    Manager::open(Config::new(data_dir.to_path_buf(), agent)).map_err(|e| anyhow!("{e}")).context("start")
+}
+
+fn rustix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// A running in-process daemon.
+pub struct Embedded {
+    pub url: String,
+    pub key: String,
+    manager: Arc<Manager>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Embedded {
+    pub async fn start(data_dir: &Path) -> Result<Embedded> {
+        let manager = open_manager(data_dir)?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("bind loopback")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let key = glovebox_daemon::util::random_token(40);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(glovebox_daemon::server::serve(manager.clone(), listener, key.clone(), async move {
+            let _ = rx.await;
+        }));
+        Ok(Embedded { url, key, manager, stop: Some(tx), task })
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+        self.manager.destroy_all(glovebox_proto::api::EndReason::Killed).await;
+    }
+}

@@ -1,0 +1,308 @@
+//! `glovebox`: the daemon (`serve`), one-shot sandboxed commands (`run`), and thin clients
+//! of the API (`sandbox …`, `files …`).
+//!
+//! Exit codes (stable): the command's own code for `run` and `sandbox exec`; 124 when the
+//! command's time budget ran out; 125 when Glovebox itself failed (message on stderr).
+
+mod client;
+mod embedded;
+mod run;
+mod units;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use glovebox_proto::api::{self, CreateSandbox, Encoding, ExecRequest, Resources, SandboxList};
+use reqwest::Method;
+
+use crate::client::Client;
+
+pub const EXIT_TIMEOUT: i32 = 124;
+pub const EXIT_ERROR: i32 = 125;
+
+#[derive(Parser)]
+#[command(name = "glovebox", version, about = "Run untrusted code in disposable, isolated sandboxes")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the daemon (HTTP API).
+    Serve(ServeArgs),
+    /// Run one command in a fresh sandbox, then destroy it. Uses the daemon at
+    /// $GLOVEBOX_URL if set, otherwise runs embedded (no daemon needed; root required).
+    Run(run::RunArgs),
+    /// Manage sandboxes through the daemon.
+    #[command(subcommand)]
+    Sandbox(SandboxCmd),
+    /// Files in a sandbox, through the daemon.
+    #[command(subcommand)]
+    Files(FilesCmd),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7171", env = "GLOVEBOX_LISTEN")]
+    listen: String,
+    /// Data directory (state, sandboxes' private dirs, the API key).
+    #[arg(long, default_value = "/var/lib/glovebox", env = "GLOVEBOX_DATA_DIR")]
+    data_dir: PathBuf,
+    /// API key to require (default: the one in <data-dir>/api-key, created on first start).
+    #[arg(long, env = "GLOVEBOX_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+}
+
+#[derive(Args, Clone, Default)]
+pub struct LimitArgs {
+    /// Memory limit, e.g. 512M or 2G.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// CPU quota in cores, e.g. 0.5.
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Process limit.
+    #[arg(long)]
+    pub pids: Option<u64>,
+    /// Disk cap for everything the sandbox writes, e.g. 1G.
+    #[arg(long)]
+    pub disk: Option<String>,
+}
+
+impl LimitArgs {
+    pub fn resources(&self) -> Result<Resources> {
+        Ok(Resources {
+            cpus: self.cpus,
+            memory_mb: self.memory.as_deref().map(units::size_mb).transpose()?,
+            disk_mb: self.disk.as_deref().map(units::size_mb).transpose()?,
+            pids: self.pids,
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum SandboxCmd {
+    /// Create a sandbox and print its id.
+    Create {
+        /// Lifetime, e.g. 300s, 10m.
+        #[arg(long)]
+        timeout: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        #[arg(long = "metadata", value_name = "K=V")]
+        metadata: Vec<String>,
+    },
+    /// List live sandboxes.
+    Ls,
+    /// Run a command in a sandbox and exit with its code.
+    Exec {
+        id: String,
+        #[arg(long)]
+        timeout: Option<String>,
+        #[arg(long)]
+        cwd: Option<String>,
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        #[arg(trailing_var_arg = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Destroy a sandbox.
+    Kill { id: String },
+}
+
+#[derive(Subcommand)]
+enum FilesCmd {
+    /// Upload LOCAL to PATH in the sandbox.
+    Put { id: String, local: PathBuf, path: String },
+    /// Download PATH from the sandbox (to LOCAL, or stdout).
+    Get { id: String, path: String, local: Option<PathBuf> },
+    /// List a directory in the sandbox.
+    Ls {
+        id: String,
+        #[arg(default_value = "/home/user")]
+        path: String,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GLOVEBOX_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(if matches!(cli.cmd, Cmd::Serve(_)) { "info" } else { "warn" })
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("glovebox: runtime: {e}");
+            std::process::exit(EXIT_ERROR);
+        }
+    };
+    let code = rt.block_on(async move {
+        match dispatch(cli.cmd).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("glovebox: {e:#}");
+                EXIT_ERROR
+            }
+        }
+    });
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    std::process::exit(code);
+}
+
+async fn dispatch(cmd: Cmd) -> Result<i32> {
+    match cmd {
+        Cmd::Serve(a) => serve(a).await.map(|_| 0),
+        Cmd::Run(a) => run::run(a).await,
+        Cmd::Sandbox(c) => sandbox(c).await,
+        Cmd::Files(c) => files(c).await,
+    }
+}
+
+async fn serve(a: ServeArgs) -> Result<()> {
+    let manager = embedded::open_manager(&a.data_dir)?;
+    let key = match a.api_key {
+        Some(k) if !k.trim().is_empty() => k.trim().to_string(),
+        _ => {
+            let (k, created) = glovebox_daemon::server::load_or_create_key(&a.data_dir).context("api key")?;
+            if created {
+                eprintln!("glovebox: created API key {k} (saved in {})", a.data_dir.join("api-key").display());
+            }
+            k
+        }
+    };
+    let listener =
+        tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
+    let m = manager.clone();
+    let shutdown = async {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+    };
+    glovebox_daemon::server::serve(manager, listener, key, shutdown).await?;
+    m.destroy_all(api::EndReason::Killed).await;
+    Ok(())
+}
+
+/// The daemon's URL and key for the client commands.
+fn remote() -> Result<Client> {
+    let url = std::env::var("GLOVEBOX_URL").unwrap_or_else(|_| "http://127.0.0.1:7171".into());
+    let key = match std::env::var("GLOVEBOX_API_KEY") {
+        Ok(k) => k,
+        Err(_) => {
+            let dir = std::env::var("GLOVEBOX_DATA_DIR").unwrap_or_else(|_| "/var/lib/glovebox".into());
+            std::fs::read_to_string(PathBuf::from(dir).join("api-key"))
+                .map(|k| k.trim().to_string())
+                .context("no API key: set GLOVEBOX_API_KEY")?
+        }
+    };
+    Client::new(&url, &key)
+}
+
+pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<String, String>> {
+    pairs
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("{what} must be K=V, got {p:?}"))
+        })
+        .collect()
+}
+
+async fn sandbox(c: SandboxCmd) -> Result<i32> {
+    let client = remote()?;
+    match c {
+        SandboxCmd::Create { timeout, limits, env, metadata } => {
+            let req = CreateSandbox {
+                timeout_s: timeout.as_deref().map(units::duration_s).transpose()?,
+                resources: limits.resources()?,
+                env: kv(&env, "--env")?,
+                metadata: kv(&metadata, "--metadata")?,
+                ..Default::default()
+            };
+            let sb = client.create(&req).await?;
+            println!("{}", sb.id);
+        }
+        SandboxCmd::Ls => {
+            let l: SandboxList = client.json(client.req(Method::GET, "/v1/sandboxes")).await?;
+            println!("{:<18} {:<10} {:<26} EXPIRES", "ID", "STATE", "CREATED");
+            for s in l.sandboxes {
+                println!("{:<18} {:<10} {:<26} {}", s.id, format!("{:?}", s.state).to_lowercase(), s.created_at, s.expires_at);
+            }
+        }
+        SandboxCmd::Exec { id, timeout, cwd, env, cmd } => {
+            let req = ExecRequest {
+                cmd: api::Command::Argv(cmd),
+                cwd,
+                env: kv(&env, "--env")?,
+                stdin: None,
+                stdin_base64: None,
+                timeout_ms: timeout.as_deref().map(units::duration_ms).transpose()?,
+                max_output_bytes: None,
+                encoding: Encoding::Base64,
+                background: false,
+            };
+            return run::stream_to_terminal(&client, &id, &req).await;
+        }
+        SandboxCmd::Kill { id } => client.kill(&id).await?,
+    }
+    Ok(0)
+}
+
+async fn files(c: FilesCmd) -> Result<i32> {
+    let client = remote()?;
+    match c {
+        FilesCmd::Put { id, local, path } => {
+            let info = run::upload(&client, &id, &local, &path).await?;
+            println!("{} ({} bytes)", info.path, info.size);
+        }
+        FilesCmd::Get { id, path, local } => {
+            let resp = client
+                .send(client.req(Method::GET, &format!("/v1/sandboxes/{id}/files")).query(&[("path", &path)]))
+                .await?;
+            let mut stream = resp.bytes_stream();
+            use futures_util::StreamExt;
+            let mut out: Box<dyn Write> = match &local {
+                Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?),
+                None => Box::new(std::io::stdout().lock()),
+            };
+            while let Some(chunk) = stream.next().await {
+                out.write_all(&chunk.context("download interrupted")?)?;
+            }
+            out.flush()?;
+        }
+        FilesCmd::Ls { id, path } => {
+            let e: api::Entries = client
+                .json(client.req(Method::GET, &format!("/v1/sandboxes/{id}/files/list")).query(&[("path", &path)]))
+                .await?;
+            for f in e.entries {
+                let kind = match f.kind {
+                    api::FileType::Dir => "d",
+                    api::FileType::Symlink => "l",
+                    api::FileType::File => "-",
+                    api::FileType::Other => "?",
+                };
+                println!("{kind} {:>10} {:o} {}", f.size, f.mode & 0o7777, f.path);
+            }
+        }
+    }
+    Ok(0)
+}
