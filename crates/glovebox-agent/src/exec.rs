@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 
 use glovebox_jail::cgroup::KillMethod;
 use glovebox_jail::child::ChildSetup;
-use glovebox_proto::agent::{
-    Command, CommandInfo, ErrorCode, Event, ExecSpec, ExitStatus, Reply, Request, Usage,
-};
+use glovebox_proto::agent::{Command, CommandInfo, ErrorCode, Event, ExecSpec, ExitStatus, Reply, Request, Usage};
 use glovebox_proto::frame::Kind;
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
@@ -173,7 +171,9 @@ impl Exec {
             Command::Argv(v) => v.clone(),
             Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
         };
-        if argv.iter().any(|a| a.contains('\0')) || spec.env.iter().any(|(k, v)| k.contains(['\0', '=']) || k.is_empty() || v.contains('\0')) {
+        if argv.iter().any(|a| a.contains('\0'))
+            || spec.env.iter().any(|(k, v)| k.contains(['\0', '=']) || k.is_empty() || v.contains('\0'))
+        {
             return Err(SpawnError::Reply(ErrorCode::InvalidArgument, "nul byte or bad name in command or env".into()));
         }
         let id = self.0.next.fetch_add(1, Ordering::Relaxed);
@@ -224,7 +224,13 @@ impl Exec {
                 cmd: spec.cmd.clone(),
                 cwd: Some(cwd.clone()),
                 cgroup_dir: cgroup_dir.clone(),
-                st: Mutex::new(State { chunks: Vec::new(), kept: [0, 0], total: [0, 0], cap: spec.max_output_bytes, exit: None }),
+                st: Mutex::new(State {
+                    chunks: Vec::new(),
+                    kept: [0, 0],
+                    total: [0, 0],
+                    cap: spec.max_output_bytes,
+                    exit: None,
+                }),
                 version: version.clone(),
                 stdin: tokio::sync::Mutex::new(None),
                 started: Instant::now(),

@@ -63,17 +63,9 @@ pub struct Files {
 #[derive(Debug, thiserror::Error)]
 enum FileError {
     #[error("{op} {path}: {}", describe(.err))]
-    Os {
-        op: &'static str,
-        path: String,
-        err: io::Error,
-    },
+    Os { op: &'static str, path: String, err: io::Error },
     #[error("{op} {path}: {why}")]
-    Invalid {
-        op: &'static str,
-        path: String,
-        why: String,
-    },
+    Invalid { op: &'static str, path: String, why: String },
     #[error("{op}: empty path")]
     EmptyPath { op: &'static str },
 }
@@ -97,18 +89,11 @@ struct Ctx {
 
 impl Ctx {
     fn new(op: &'static str, given: &str) -> Ctx {
-        Ctx {
-            op,
-            shown: given.escape_debug().to_string(),
-        }
+        Ctx { op, shown: given.escape_debug().to_string() }
     }
 
     fn os(&self, err: impl Into<io::Error>) -> FileError {
-        FileError::Os {
-            op: self.op,
-            path: self.shown.clone(),
-            err: err.into(),
-        }
+        FileError::Os { op: self.op, path: self.shown.clone(), err: err.into() }
     }
 
     fn errno(&self, e: Errno) -> FileError {
@@ -116,11 +101,7 @@ impl Ctx {
     }
 
     fn invalid(&self, why: impl Into<String>) -> FileError {
-        FileError::Invalid {
-            op: self.op,
-            path: self.shown.clone(),
-            why: why.into(),
-        }
+        FileError::Invalid { op: self.op, path: self.shown.clone(), why: why.into() }
     }
 }
 
@@ -155,11 +136,7 @@ impl SandboxPath {
         if given.contains('\0') {
             return Err(ctx.invalid("path contains a nul byte"));
         }
-        let mut parts: Vec<String> = if given.starts_with('/') {
-            Vec::new()
-        } else {
-            home.to_vec()
-        };
+        let mut parts: Vec<String> = if given.starts_with('/') { Vec::new() } else { home.to_vec() };
         for c in given.split('/') {
             match c {
                 "" | "." => {}
@@ -213,41 +190,22 @@ impl Files {
     /// `root` is normally "/", `home` the default dir for relative paths ("/home/user").
     pub fn open(root: &Path, home: &str) -> io::Result<Files> {
         if !home.starts_with('/') || home.contains('\0') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "home must be an absolute path",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "home must be an absolute path"));
         }
-        let fd = rfs::open(
-            root,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        let fd = rfs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
         let ctx = Ctx::new("open", home);
         let home = SandboxPath::parse(home, &[], &ctx)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        Ok(Files {
-            root: Arc::new(fd),
-            home: home.parts,
-        })
+        Ok(Files { root: Arc::new(fd), home: home.parts })
     }
 
     /// Handles one file request end to end on this connection (reads following Data frames
     /// for WriteFile until the EndData JSON frame). Returns Err only for connection failures;
     /// every file error is sent as `Reply::Error`.
-    pub async fn handle(
-        &self,
-        req: Request,
-        r: &mut Reader,
-        w: &mut Writer,
-    ) -> Result<(), ConnError> {
+    pub async fn handle(&self, req: Request, r: &mut Reader, w: &mut Writer) -> Result<(), ConnError> {
         match req {
             Request::ReadFile { path } => self.read_file(&path, w).await,
-            Request::WriteFile {
-                path,
-                mode,
-                parents,
-            } => self.write_file(&path, mode, parents, r, w).await,
+            Request::WriteFile { path, mode, parents } => self.write_file(&path, mode, parents, r, w).await,
             Request::ListDir { path, depth } => {
                 let res = self
                     .run("list", &path, move |root, p, ctx| {
@@ -257,53 +215,35 @@ impl Files {
                 reply(w, res).await
             }
             Request::Stat { path } => {
-                let res = self
-                    .run("stat", &path, |root, p, ctx| {
-                        stat(root, &p, &ctx).map(Reply::FileInfo)
-                    })
-                    .await;
+                let res = self.run("stat", &path, |root, p, ctx| stat(root, &p, &ctx).map(Reply::FileInfo)).await;
                 reply(w, res).await
             }
             Request::MakeDir { path, parents } => {
                 let res = self
-                    .run("mkdir", &path, move |root, p, ctx| {
-                        make_dir(root, &p, parents, &ctx).map(Reply::FileInfo)
-                    })
+                    .run("mkdir", &path, move |root, p, ctx| make_dir(root, &p, parents, &ctx).map(Reply::FileInfo))
                     .await;
                 reply(w, res).await
             }
             Request::Remove { path, recursive } => {
                 let res = self
-                    .run("remove", &path, move |root, p, ctx| {
-                        remove(root, &p, recursive, &ctx).map(|()| Reply::Ok)
-                    })
+                    .run("remove", &path, move |root, p, ctx| remove(root, &p, recursive, &ctx).map(|()| Reply::Ok))
                     .await;
                 reply(w, res).await
             }
             Request::Rename { from, to } => {
                 let ctx = Ctx::new("rename", &from);
-                let ctx = Ctx {
-                    shown: format!("{} to {}", ctx.shown, to.escape_debug()),
-                    ..ctx
-                };
+                let ctx = Ctx { shown: format!("{} to {}", ctx.shown, to.escape_debug()), ..ctx };
                 let res = match (self.parse(&from, &ctx), self.parse(&to, &ctx)) {
                     (Ok(f), Ok(t)) => {
                         let root = self.root.clone();
-                        blocking(ctx.clone(), move || {
-                            rename(root.as_fd(), &f, &t, &ctx).map(Reply::FileInfo)
-                        })
-                        .await
+                        blocking(ctx.clone(), move || rename(root.as_fd(), &f, &t, &ctx).map(Reply::FileInfo)).await
                     }
                     (Err(e), _) | (_, Err(e)) => Err(e),
                 };
                 reply(w, res).await
             }
             other => {
-                w.error(
-                    ErrorCode::Protocol,
-                    format!("not a file request: {}", op_name(&other)),
-                )
-                .await?;
+                w.error(ErrorCode::Protocol, format!("not a file request: {}", op_name(&other))).await?;
                 w.flush().await
             }
         }
@@ -326,9 +266,7 @@ impl Files {
     }
 
     async fn read_file(&self, given: &str, w: &mut Writer) -> Result<(), ConnError> {
-        let opened = self
-            .run("read", given, |root, p, ctx| open_read(root, &p, &ctx))
-            .await;
+        let opened = self.run("read", given, |root, p, ctx| open_read(root, &p, &ctx)).await;
         let (file, info) = match opened {
             Ok(v) => v,
             Err(e) => return reply(w, Err(e)).await,
@@ -347,10 +285,7 @@ impl Files {
             };
             let f = file.clone();
             let c = ctx.clone();
-            let chunk = blocking(ctx.clone(), move || {
-                read_chunk(&f, want).map_err(|e| c.os(e))
-            })
-            .await;
+            let chunk = blocking(ctx.clone(), move || read_chunk(&f, want).map_err(|e| c.os(e))).await;
             match chunk {
                 Ok(buf) if buf.is_empty() => break,
                 Ok(buf) => {
@@ -376,11 +311,7 @@ impl Files {
         let ctx = Ctx::new("write", given);
         // On failure keep draining until end_data, then report: replying early would make
         // the daemon's pending sends fail before it reads the reason.
-        let mut upload = self
-            .run("write", given, move |root, p, ctx| {
-                start_upload(root, p, mode, parents, &ctx)
-            })
-            .await;
+        let mut upload = self.run("write", given, move |root, p, ctx| start_upload(root, p, mode, parents, &ctx)).await;
         loop {
             match r.next().await? {
                 None => {
@@ -400,28 +331,18 @@ impl Files {
                 Some((Kind::Json, body)) => match serde_json::from_slice::<Request>(&body) {
                     Ok(Request::EndData) => break,
                     _ => {
-                        w.error(
-                            ErrorCode::Protocol,
-                            "write_file: expected data frames or end_data",
-                        )
-                        .await?;
+                        w.error(ErrorCode::Protocol, "write_file: expected data frames or end_data").await?;
                         return w.flush().await;
                     }
                 },
                 Some((kind, _)) => {
-                    w.error(
-                        ErrorCode::Protocol,
-                        format!("write_file: unexpected {kind:?} frame"),
-                    )
-                    .await?;
+                    w.error(ErrorCode::Protocol, format!("write_file: unexpected {kind:?} frame")).await?;
                     return w.flush().await;
                 }
             }
         }
         let res = match upload {
-            Ok(up) => blocking(ctx.clone(), move || up.finish(&ctx))
-                .await
-                .map(Reply::FileInfo),
+            Ok(up) => blocking(ctx.clone(), move || up.finish(&ctx)).await.map(Reply::FileInfo),
             Err(e) => Err(e),
         };
         reply(w, res).await
@@ -556,9 +477,7 @@ fn lstat_info<P: rustix::path::Arg + Copy>(
     let st = rfs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
     let target = if kind_of(&st) == FileType::Symlink {
         // A link replaced between the two calls just loses its target.
-        rfs::readlinkat(dir, name, Vec::new())
-            .ok()
-            .map(|t| t.to_string_lossy().into_owned())
+        rfs::readlinkat(dir, name, Vec::new()).ok().map(|t| t.to_string_lossy().into_owned())
     } else {
         None
     };
@@ -576,11 +495,7 @@ fn stat(root: BorrowedFd<'_>, p: &SandboxPath, ctx: &Ctx) -> Result<FileInfo, Fi
 
 // ---- read ----
 
-fn open_read(
-    root: BorrowedFd<'_>,
-    p: &SandboxPath,
-    ctx: &Ctx,
-) -> Result<(File, FileInfo), FileError> {
+fn open_read(root: BorrowedFd<'_>, p: &SandboxPath, ctx: &Ctx) -> Result<(File, FileInfo), FileError> {
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
     let fd = resolve(root, &p.rel(), flags).map_err(|e| ctx.errno(e))?;
     let st = rfs::fstat(&fd).map_err(|e| ctx.errno(e))?;
@@ -637,16 +552,12 @@ impl Upload {
     async fn write(&mut self, ctx: &Ctx, bytes: Vec<u8>) -> Result<(), FileError> {
         let f = self.file.clone();
         let c = ctx.clone();
-        blocking(ctx.clone(), move || {
-            (&*f).write_all(&bytes).map_err(|e| c.os(e))
-        })
-        .await
+        blocking(ctx.clone(), move || (&*f).write_all(&bytes).map_err(|e| c.os(e))).await
     }
 
     fn finish(mut self, ctx: &Ctx) -> Result<FileInfo, FileError> {
         rfs::fchmod(&*self.file, Mode::from_raw_mode(self.mode)).map_err(|e| ctx.errno(e))?;
-        rfs::renameat(&self.dir, self.tmp.as_str(), &self.dir, self.name.as_str())
-            .map_err(|e| ctx.errno(e))?;
+        rfs::renameat(&self.dir, self.tmp.as_str(), &self.dir, self.name.as_str()).map_err(|e| ctx.errno(e))?;
         self.placed = true;
         let st = rfs::fstat(&*self.file).map_err(|e| ctx.errno(e))?;
         Ok(info(self.path.clone(), self.name.clone(), &st, None))
@@ -668,11 +579,7 @@ fn start_upload(
     let Some((parent, name)) = p.split() else {
         return Err(ctx.errno(Errno::ISDIR));
     };
-    let dir = if parents {
-        make_dirs(root, parent)
-    } else {
-        open_dir_path(root, parent)
-    };
+    let dir = if parents { make_dirs(root, parent) } else { open_dir_path(root, parent) };
     let dir = dir.map_err(|e| ctx.errno(e))?;
     // Like O_TRUNC on an existing file, keep its mode unless one was asked for.
     let mut keep_mode = None;
@@ -687,12 +594,7 @@ fn start_upload(
         Err(e) => return Err(ctx.errno(e)),
     }
     let mode = mode.or(keep_mode).unwrap_or(DEFAULT_FILE_MODE);
-    let flags = OFlags::WRONLY
-        | OFlags::CREATE
-        | OFlags::EXCL
-        | OFlags::NOFOLLOW
-        | OFlags::NOCTTY
-        | OFlags::CLOEXEC;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
     let mut tries = 0;
     let (tmp, fd) = loop {
         let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
@@ -704,30 +606,16 @@ fn start_upload(
             Err(e) => return Err(ctx.errno(e)),
         }
     };
-    Ok(Upload {
-        dir,
-        tmp,
-        name: name.to_string(),
-        path: p.abs(),
-        file: Arc::new(File::from(fd)),
-        mode,
-        placed: false,
-    })
+    Ok(Upload { dir, tmp, name: name.to_string(), path: p.abs(), file: Arc::new(File::from(fd)), mode, placed: false })
 }
 
 // ---- list ----
 
-fn list(
-    root: BorrowedFd<'_>,
-    p: &SandboxPath,
-    depth: u32,
-    ctx: &Ctx,
-) -> Result<Vec<FileInfo>, FileError> {
+fn list(root: BorrowedFd<'_>, p: &SandboxPath, depth: u32, ctx: &Ctx) -> Result<Vec<FileInfo>, FileError> {
     if depth == 0 || depth > MAX_LIST_DEPTH {
         return Err(ctx.invalid(format!("depth must be between 1 and {MAX_LIST_DEPTH}")));
     }
-    let fd =
-        resolve(root, &p.rel(), OFlags::RDONLY | OFlags::DIRECTORY).map_err(|e| ctx.errno(e))?;
+    let fd = resolve(root, &p.rel(), OFlags::RDONLY | OFlags::DIRECTORY).map_err(|e| ctx.errno(e))?;
     let mut out = Vec::new();
     walk(fd, &p.abs(), depth, &mut out, ctx)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
@@ -736,13 +624,7 @@ fn list(
 
 /// Appends the entries of `fd` (and, while `depth > 1`, of its real subdirectories — never
 /// through symlinks) to `out`.
-fn walk(
-    fd: OwnedFd,
-    path: &str,
-    depth: u32,
-    out: &mut Vec<FileInfo>,
-    ctx: &Ctx,
-) -> Result<(), FileError> {
+fn walk(fd: OwnedFd, path: &str, depth: u32, out: &mut Vec<FileInfo>, ctx: &Ctx) -> Result<(), FileError> {
     let mut dir = Dir::new(fd).map_err(|e| ctx.errno(e))?;
     let mut subdirs: Vec<(CString, String)> = Vec::new();
     while let Some(ent) = dir.read() {
@@ -752,9 +634,9 @@ fn walk(
             continue;
         }
         if out.len() >= MAX_ENTRIES {
-            return Err(ctx.invalid(format!(
-                "more than {MAX_ENTRIES} entries; list a subdirectory or use a smaller depth"
-            )));
+            return Err(
+                ctx.invalid(format!("more than {MAX_ENTRIES} entries; list a subdirectory or use a smaller depth"))
+            );
         }
         let name = cname.to_string_lossy().into_owned();
         let child = child_path(path, &name);
@@ -790,12 +672,7 @@ fn is_dot(name: &CStr) -> bool {
 
 // ---- mkdir, remove, rename ----
 
-fn make_dir(
-    root: BorrowedFd<'_>,
-    p: &SandboxPath,
-    parents: bool,
-    ctx: &Ctx,
-) -> Result<FileInfo, FileError> {
+fn make_dir(root: BorrowedFd<'_>, p: &SandboxPath, parents: bool, ctx: &Ctx) -> Result<FileInfo, FileError> {
     if parents {
         let fd = make_dirs(root, &p.parts).map_err(|e| ctx.errno(e))?;
         let st = rfs::fstat(&fd).map_err(|e| ctx.errno(e))?;
@@ -810,12 +687,7 @@ fn make_dir(
     lstat_info(dir.as_fd(), name, p.abs(), p.name()).map_err(|e| ctx.errno(e))
 }
 
-fn remove(
-    root: BorrowedFd<'_>,
-    p: &SandboxPath,
-    recursive: bool,
-    ctx: &Ctx,
-) -> Result<(), FileError> {
+fn remove(root: BorrowedFd<'_>, p: &SandboxPath, recursive: bool, ctx: &Ctx) -> Result<(), FileError> {
     let Some((parent, name)) = p.split() else {
         return Err(ctx.invalid("refusing to remove the root"));
     };
@@ -832,16 +704,9 @@ fn remove(
 
 /// Removes everything inside the directory `name` of `parent`. Never follows a symlink:
 /// directories are entered with `O_NOFOLLOW`, everything else is unlinked as a name.
-fn empty_dir<P: rustix::path::Arg>(
-    parent: BorrowedFd<'_>,
-    name: P,
-    level: usize,
-) -> io::Result<()> {
+fn empty_dir<P: rustix::path::Arg>(parent: BorrowedFd<'_>, name: P, level: usize) -> io::Result<()> {
     if level >= MAX_REMOVE_DEPTH {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "directory tree too deep",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "directory tree too deep"));
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut dir = Dir::new(rfs::openat(parent, name, flags, Mode::empty())?)?;
@@ -866,13 +731,11 @@ fn empty_dir<P: rustix::path::Arg>(
         for (n, t) in batch {
             let is_dir = match t {
                 rfs::FileType::Directory => true,
-                rfs::FileType::Unknown => {
-                    match rfs::statat(fd, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                        Ok(st) => kind_of(&st) == FileType::Dir,
-                        Err(Errno::NOENT) => continue,
-                        Err(e) => return Err(e.into()),
-                    }
-                }
+                rfs::FileType::Unknown => match rfs::statat(fd, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => kind_of(&st) == FileType::Dir,
+                    Err(Errno::NOENT) => continue,
+                    Err(e) => return Err(e.into()),
+                },
                 _ => false,
             };
             let res = if is_dir {
@@ -889,12 +752,7 @@ fn empty_dir<P: rustix::path::Arg>(
     }
 }
 
-fn rename(
-    root: BorrowedFd<'_>,
-    from: &SandboxPath,
-    to: &SandboxPath,
-    ctx: &Ctx,
-) -> Result<FileInfo, FileError> {
+fn rename(root: BorrowedFd<'_>, from: &SandboxPath, to: &SandboxPath, ctx: &Ctx) -> Result<FileInfo, FileError> {
     let (Some((fparent, fname)), Some((tparent, tname))) = (from.split(), to.split()) else {
         return Err(ctx.invalid("cannot rename the root"));
     };

@@ -26,10 +26,7 @@ impl Fixture {
 
     /// Host path of a sandbox path (test side only).
     fn host(&self, sandbox: &str) -> std::path::PathBuf {
-        self.dir
-            .path()
-            .join("root")
-            .join(sandbox.trim_start_matches('/'))
+        self.dir.path().join("root").join(sandbox.trim_start_matches('/'))
     }
 
     fn outside(&self, name: &str) -> std::path::PathBuf {
@@ -41,10 +38,7 @@ struct Client(UnixStream);
 
 impl Client {
     async fn send(&mut self, kind: Kind, payload: &[u8]) {
-        self.0
-            .write_all(&frame::encode(kind, payload).unwrap())
-            .await
-            .unwrap();
+        self.0.write_all(&frame::encode(kind, payload).unwrap()).await.unwrap();
     }
 
     async fn json(&mut self, v: &Request) {
@@ -108,9 +102,7 @@ async fn call(files: &Files, req: Request, upload: Option<&[u8]>) -> Outcome {
         }
         client.read_all().await
     };
-    let (conn_ok, frames) = tokio::time::timeout(T, async { tokio::join!(server, talk) })
-        .await
-        .expect("request hung");
+    let (conn_ok, frames) = tokio::time::timeout(T, async { tokio::join!(server, talk) }).await.expect("request hung");
     let mut replies = Vec::new();
     let mut data = Vec::new();
     for (kind, body) in frames {
@@ -123,24 +115,11 @@ async fn call(files: &Files, req: Request, upload: Option<&[u8]>) -> Outcome {
             other => panic!("unexpected {other:?} frame"),
         }
     }
-    Outcome {
-        replies,
-        data,
-        conn_ok,
-    }
+    Outcome { replies, data, conn_ok }
 }
 
 async fn write(files: &Files, path: &str, bytes: &[u8]) -> Outcome {
-    call(
-        files,
-        Request::WriteFile {
-            path: path.into(),
-            mode: None,
-            parents: true,
-        },
-        Some(bytes),
-    )
-    .await
+    call(files, Request::WriteFile { path: path.into(), mode: None, parents: true }, Some(bytes)).await
 }
 
 async fn read(files: &Files, path: &str) -> Outcome {
@@ -150,19 +129,12 @@ async fn read(files: &Files, path: &str) -> Outcome {
 /// Reads a file that must exist: returns its bytes, checking the reply sequence.
 async fn read_ok(files: &Files, path: &str) -> Vec<u8> {
     let o = read(files, path).await;
-    assert!(
-        matches!(o.replies.as_slice(), [Reply::FileInfo(_), Reply::Ok]),
-        "{:?}",
-        o.replies
-    );
+    assert!(matches!(o.replies.as_slice(), [Reply::FileInfo(_), Reply::Ok]), "{:?}", o.replies);
     o.data
 }
 
 fn req_list(path: &str, depth: u32) -> Request {
-    Request::ListDir {
-        path: path.into(),
-        depth,
-    }
+    Request::ListDir { path: path.into(), depth }
 }
 
 fn entries(o: &Outcome) -> Vec<String> {
@@ -175,9 +147,7 @@ fn entries(o: &Outcome) -> Vec<String> {
 #[tokio::test]
 async fn write_then_read_round_trip() {
     let fx = Fixture::new();
-    let blob: Vec<u8> = (0..5 * 1024 * 1024 + 17)
-        .map(|i: u32| (i.wrapping_mul(31) % 251) as u8)
-        .collect();
+    let blob: Vec<u8> = (0..5 * 1024 * 1024 + 17).map(|i: u32| (i.wrapping_mul(31) % 251) as u8).collect();
     assert!(blob.contains(&0));
     let fi = write(&fx.files, "/data/deep/blob.bin", &blob).await.info();
     assert_eq!(fi.path, "/data/deep/blob.bin");
@@ -186,50 +156,17 @@ async fn write_then_read_round_trip() {
     assert_eq!(fi.size, blob.len() as u64);
     assert_eq!(fi.mode, 0o644);
     let o = read(&fx.files, "/data/deep/blob.bin").await;
-    assert_eq!(
-        o.replies
-            .first()
-            .map(|r| matches!(r, Reply::FileInfo(fi) if fi.size == blob.len() as u64)),
-        Some(true)
-    );
+    assert_eq!(o.replies.first().map(|r| matches!(r, Reply::FileInfo(fi) if fi.size == blob.len() as u64)), Some(true));
     assert_eq!(o.replies.last(), Some(&Reply::Ok));
-    assert!(
-        o.data == blob,
-        "read back {} bytes that differ",
-        o.data.len()
-    );
-    assert_eq!(
-        std::fs::metadata(fx.host("/data/deep"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
-        0o755
-    );
+    assert!(o.data == blob, "read back {} bytes that differ", o.data.len());
+    assert_eq!(std::fs::metadata(fx.host("/data/deep")).unwrap().permissions().mode() & 0o777, 0o755);
     // Overwrite keeps the existing mode unless one is given.
-    std::fs::set_permissions(
-        fx.host("/data/deep/blob.bin"),
-        std::fs::Permissions::from_mode(0o750),
-    )
-    .unwrap();
-    assert_eq!(
-        write(&fx.files, "/data/deep/blob.bin", b"short")
-            .await
-            .info()
-            .mode,
-        0o750
-    );
+    std::fs::set_permissions(fx.host("/data/deep/blob.bin"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    assert_eq!(write(&fx.files, "/data/deep/blob.bin", b"short").await.info().mode, 0o750);
     assert_eq!(read_ok(&fx.files, "/data/deep/blob.bin").await, b"short");
-    let o = call(
-        &fx.files,
-        Request::WriteFile {
-            path: "/x.sh".into(),
-            mode: Some(0o700),
-            parents: false,
-        },
-        Some(b"#!"),
-    )
-    .await;
+    let o =
+        call(&fx.files, Request::WriteFile { path: "/x.sh".into(), mode: Some(0o700), parents: false }, Some(b"#!"))
+            .await;
     assert_eq!(o.info().mode, 0o700);
     // An empty upload is an empty file.
     assert_eq!(write(&fx.files, "/empty", b"").await.info().size, 0);
@@ -241,10 +178,7 @@ async fn relative_paths_are_under_home() {
     let fx = Fixture::new();
     let fi = write(&fx.files, "notes.txt", b"hi").await.info();
     assert_eq!(fi.path, "/home/user/notes.txt");
-    assert_eq!(
-        std::fs::read(fx.host("/home/user/notes.txt")).unwrap(),
-        b"hi"
-    );
+    assert_eq!(std::fs::read(fx.host("/home/user/notes.txt")).unwrap(), b"hi");
     assert_eq!(read_ok(&fx.files, "./notes.txt").await, b"hi");
     assert_eq!(read_ok(&fx.files, "../user/notes.txt").await, b"hi");
 }
@@ -253,48 +187,17 @@ async fn relative_paths_are_under_home() {
 async fn bad_paths_and_modes_are_invalid() {
     let fx = Fixture::new();
     let (code, msg) = read(&fx.files, "").await.error();
-    assert_eq!(
-        (code, msg.as_str()),
-        (ErrorCode::InvalidArgument, "read: empty path")
-    );
-    assert_eq!(
-        read(&fx.files, "a\0b").await.error().0,
-        ErrorCode::InvalidArgument
-    );
-    let o = call(
-        &fx.files,
-        Request::WriteFile {
-            path: "/m".into(),
-            mode: Some(0o4755),
-            parents: true,
-        },
-        Some(b"x"),
-    )
-    .await;
+    assert_eq!((code, msg.as_str()), (ErrorCode::InvalidArgument, "read: empty path"));
+    assert_eq!(read(&fx.files, "a\0b").await.error().0, ErrorCode::InvalidArgument);
+    let o =
+        call(&fx.files, Request::WriteFile { path: "/m".into(), mode: Some(0o4755), parents: true }, Some(b"x")).await;
     assert_eq!(o.error().0, ErrorCode::InvalidArgument);
     assert!(!fx.host("/m").exists());
-    assert_eq!(
-        read(&fx.files, "/home").await.error().0,
-        ErrorCode::IsADirectory
-    );
-    assert_eq!(
-        write(&fx.files, "/home", b"x").await.error().0,
-        ErrorCode::IsADirectory
-    );
-    assert_eq!(
-        write(&fx.files, "/", b"x").await.error().0,
-        ErrorCode::IsADirectory
-    );
-    let o = call(
-        &fx.files,
-        Request::WriteFile {
-            path: "/no/such/f".into(),
-            mode: None,
-            parents: false,
-        },
-        Some(b"x"),
-    )
-    .await;
+    assert_eq!(read(&fx.files, "/home").await.error().0, ErrorCode::IsADirectory);
+    assert_eq!(write(&fx.files, "/home", b"x").await.error().0, ErrorCode::IsADirectory);
+    assert_eq!(write(&fx.files, "/", b"x").await.error().0, ErrorCode::IsADirectory);
+    let o =
+        call(&fx.files, Request::WriteFile { path: "/no/such/f".into(), mode: None, parents: false }, Some(b"x")).await;
     assert_eq!(o.error().0, ErrorCode::NotFound);
     assert!(o.conn_ok, "a file error is not a connection error");
 }
@@ -323,15 +226,9 @@ async fn dot_dot_and_symlinks_stay_inside_the_root() {
     symlink(&secret, fx.host("/evil4")).unwrap();
 
     assert_eq!(read_ok(&fx.files, "../../etc/passwd").await, b"fake passwd");
-    assert_eq!(
-        read_ok(&fx.files, "/../../etc/passwd").await,
-        b"fake passwd"
-    );
+    assert_eq!(read_ok(&fx.files, "/../../etc/passwd").await, b"fake passwd");
     assert_eq!(read_ok(&fx.files, "/evil/etc/passwd").await, b"fake passwd");
-    assert_eq!(
-        read_ok(&fx.files, "/evil2/etc/passwd").await,
-        b"fake passwd"
-    );
+    assert_eq!(read_ok(&fx.files, "/evil2/etc/passwd").await, b"fake passwd");
     for p in [
         "../../secret.txt",
         "/../../x/../secret.txt",
@@ -348,55 +245,25 @@ async fn dot_dot_and_symlinks_stay_inside_the_root() {
     // Writes through the same routes land inside the root and leave the host file alone.
     write(&fx.files, "/evil2/secret.txt", b"pwned").await.info();
     write(&fx.files, "/../../secret.txt", b"pwned").await.info();
-    write(&fx.files, "/evil/sub/secret.txt", b"pwned")
-        .await
-        .info();
+    write(&fx.files, "/evil/sub/secret.txt", b"pwned").await.info();
     assert_eq!(std::fs::read(&secret).unwrap(), b"host secret");
     assert_eq!(std::fs::read(fx.host("/secret.txt")).unwrap(), b"pwned");
     assert_eq!(read_ok(&fx.files, "/evil3").await, b"pwned");
     // Writing to a symlink replaces the link, even one that points outside.
     write(&fx.files, "/evil4", b"pwned").await.info();
     assert_eq!(std::fs::read(&secret).unwrap(), b"host secret");
-    assert!(!std::fs::symlink_metadata(fx.host("/evil4"))
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert!(!std::fs::symlink_metadata(fx.host("/evil4")).unwrap().file_type().is_symlink());
     // Listing through a link to "../../../.." lists the root, not the temp dir.
     let names = entries(&call(&fx.files, req_list("/evil2", 1), None).await);
     assert!(names.contains(&"/evil2/etc".to_string()), "{names:?}");
     assert!(!names.iter().any(|n| n.ends_with("/root")), "{names:?}");
     // Mkdir, rename and remove through the links stay inside too.
-    call(
-        &fx.files,
-        Request::MakeDir {
-            path: "/evil2/made".into(),
-            parents: false,
-        },
-        None,
-    )
-    .await
-    .info();
+    call(&fx.files, Request::MakeDir { path: "/evil2/made".into(), parents: false }, None).await.info();
     assert!(fx.host("/made").is_dir() && !fx.outside("made").exists());
-    let o = call(
-        &fx.files,
-        Request::Rename {
-            from: "/evil/secret.txt".into(),
-            to: "/evil2/moved".into(),
-        },
-        None,
-    )
-    .await;
+    let o = call(&fx.files, Request::Rename { from: "/evil/secret.txt".into(), to: "/evil2/moved".into() }, None).await;
     assert_eq!(o.info().path, "/evil2/moved");
     assert!(secret.exists() && fx.host("/moved").exists());
-    call(
-        &fx.files,
-        Request::Remove {
-            path: "/evil2/moved".into(),
-            recursive: false,
-        },
-        None,
-    )
-    .await;
+    call(&fx.files, Request::Remove { path: "/evil2/moved".into(), recursive: false }, None).await;
     assert!(secret.exists() && !fx.host("/moved").exists());
 }
 
@@ -406,17 +273,8 @@ async fn proc_links_inside_the_root_do_not_reach_the_host() {
     symlink("/proc/self/root", fx.host("/procroot")).unwrap();
     symlink("/proc/self/cwd", fx.host("/proccwd")).unwrap();
     // IN_ROOT resolves the absolute target inside the fake root, where there is no /proc.
-    assert_eq!(
-        read(&fx.files, "/procroot/etc/hostname").await.error().0,
-        ErrorCode::NotFound
-    );
-    assert_eq!(
-        call(&fx.files, req_list("/proccwd", 1), None)
-            .await
-            .error()
-            .0,
-        ErrorCode::NotFound
-    );
+    assert_eq!(read(&fx.files, "/procroot/etc/hostname").await.error().0, ErrorCode::NotFound);
+    assert_eq!(call(&fx.files, req_list("/proccwd", 1), None).await.error().0, ErrorCode::NotFound);
 }
 
 #[tokio::test]
@@ -438,61 +296,30 @@ async fn magic_links_are_refused() {
         let o = read(&files, &p).await;
         assert_eq!(o.error().0, ErrorCode::InvalidArgument, "{p}: {o:?}");
         assert!(o.data.is_empty());
-        let o = call(
-            &files,
-            Request::Stat {
-                path: format!("{p}/x"),
-            },
-            None,
-        )
-        .await;
+        let o = call(&files, Request::Stat { path: format!("{p}/x") }, None).await;
         assert!(matches!(o.only(), Reply::Error { .. }), "{p}: {o:?}");
     }
     // Lstat of the link itself is fine: it is not followed.
-    let fi = call(
-        &files,
-        Request::Stat {
-            path: format!("/proc/self/fd/{}", held.as_raw_fd()),
-        },
-        None,
-    )
-    .await
-    .info();
+    let fi = call(&files, Request::Stat { path: format!("/proc/self/fd/{}", held.as_raw_fd()) }, None).await.info();
     assert_eq!(fi.kind, FileType::Symlink);
 }
 
 #[tokio::test]
 async fn fifos_and_devices_are_not_read_or_written() {
     let fx = Fixture::new();
-    let root = rfs::open(
-        fx.host("/"),
-        OFlags::PATH | OFlags::DIRECTORY,
-        Mode::empty(),
-    )
-    .unwrap();
+    let root = rfs::open(fx.host("/"), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
     rfs::mkfifoat(&root, "fifo", Mode::from_raw_mode(0o644)).unwrap();
     let o = read(&fx.files, "/fifo").await;
-    assert_eq!(
-        o.error(),
-        (
-            ErrorCode::InvalidArgument,
-            "read /fifo: not a regular file".into()
-        )
-    );
+    assert_eq!(o.error(), (ErrorCode::InvalidArgument, "read /fifo: not a regular file".into()));
     assert_eq!(o.replies.len(), 1);
     let o = write(&fx.files, "/fifo", b"x").await;
     assert_eq!(o.error().0, ErrorCode::InvalidArgument);
-    assert!(std::fs::symlink_metadata(fx.host("/fifo"))
-        .unwrap()
-        .file_type()
-        .is_fifo());
+    assert!(std::fs::symlink_metadata(fx.host("/fifo")).unwrap().file_type().is_fifo());
 }
 
 fn dir_names(p: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(p)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     v.sort();
     v
 }
@@ -503,11 +330,7 @@ async fn interrupted_upload_leaves_nothing() {
     std::fs::create_dir_all(fx.host("/up")).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
     let mut client = Client(b);
-    let req = Request::WriteFile {
-        path: "/up/big.bin".into(),
-        mode: None,
-        parents: false,
-    };
+    let req = Request::WriteFile { path: "/up/big.bin".into(), mode: None, parents: false };
     let server = async {
         let (mut r, mut w) = conn::split(a);
         fx.files.handle(req, &mut r, &mut w).await
@@ -517,33 +340,19 @@ async fn interrupted_upload_leaves_nothing() {
             client.send(Kind::Data, &[7u8; frame::CHUNK]).await;
         }
         // Half a frame, then hang up.
-        client
-            .0
-            .write_all(&frame::header(Kind::Data, 100).unwrap())
-            .await
-            .unwrap();
+        client.0.write_all(&frame::header(Kind::Data, 100).unwrap()).await.unwrap();
         client.0.write_all(&[1; 10]).await.unwrap();
         drop(client);
     };
-    let (res, ()) = tokio::time::timeout(T, async { tokio::join!(server, talk) })
-        .await
-        .unwrap();
+    let (res, ()) = tokio::time::timeout(T, async { tokio::join!(server, talk) }).await.unwrap();
     assert!(res.is_err(), "a cut connection is a connection error");
-    assert!(
-        dir_names(&fx.host("/up")).is_empty(),
-        "{:?}",
-        dir_names(&fx.host("/up"))
-    );
+    assert!(dir_names(&fx.host("/up")).is_empty(), "{:?}", dir_names(&fx.host("/up")));
 
     // The same at a frame boundary, and an existing file is left as it was.
     std::fs::write(fx.host("/up/big.bin"), b"old").unwrap();
     let (a, b) = UnixStream::pair().unwrap();
     let mut client = Client(b);
-    let req = Request::WriteFile {
-        path: "/up/big.bin".into(),
-        mode: None,
-        parents: false,
-    };
+    let req = Request::WriteFile { path: "/up/big.bin".into(), mode: None, parents: false };
     let server = async {
         let (mut r, mut w) = conn::split(a);
         fx.files.handle(req, &mut r, &mut w).await
@@ -552,9 +361,7 @@ async fn interrupted_upload_leaves_nothing() {
         client.send(Kind::Data, b"new data").await;
         drop(client);
     };
-    let (res, ()) = tokio::time::timeout(T, async { tokio::join!(server, talk) })
-        .await
-        .unwrap();
+    let (res, ()) = tokio::time::timeout(T, async { tokio::join!(server, talk) }).await.unwrap();
     assert!(res.is_err());
     assert_eq!(dir_names(&fx.host("/up")), vec!["big.bin"]);
     assert_eq!(std::fs::read(fx.host("/up/big.bin")).unwrap(), b"old");
@@ -565,11 +372,7 @@ async fn upload_protocol_violation_leaves_nothing() {
     let fx = Fixture::new();
     let (a, b) = UnixStream::pair().unwrap();
     let mut client = Client(b);
-    let req = Request::WriteFile {
-        path: "/v.bin".into(),
-        mode: None,
-        parents: false,
-    };
+    let req = Request::WriteFile { path: "/v.bin".into(), mode: None, parents: false };
     let server = async {
         let (mut r, mut w) = conn::split(a);
         fx.files.handle(req, &mut r, &mut w).await.is_ok()
@@ -579,21 +382,10 @@ async fn upload_protocol_violation_leaves_nothing() {
         client.send(Kind::Stdin, b"abc").await;
         client.read_all().await
     };
-    let (ok, frames) = tokio::time::timeout(T, async { tokio::join!(server, talk) })
-        .await
-        .unwrap();
+    let (ok, frames) = tokio::time::timeout(T, async { tokio::join!(server, talk) }).await.unwrap();
     assert!(ok);
     let reply: Reply = serde_json::from_slice(&frames[0].1).unwrap();
-    assert!(
-        matches!(
-            reply,
-            Reply::Error {
-                code: ErrorCode::Protocol,
-                ..
-            }
-        ),
-        "{reply:?}"
-    );
+    assert!(matches!(reply, Reply::Error { code: ErrorCode::Protocol, .. }), "{reply:?}");
     assert_eq!(dir_names(&fx.host("/")), vec!["home"]);
 }
 
@@ -607,42 +399,19 @@ async fn list_depth_one_and_two() {
     symlink("b", fx.host("/l/link")).unwrap();
     let o = call(&fx.files, req_list("/l", 1), None).await;
     assert_eq!(entries(&o), ["/l/a.txt", "/l/b", "/l/link"]);
-    let Reply::Entries { entries: e } = o.only() else {
-        unreachable!()
-    };
-    assert_eq!(
-        (e[0].kind, e[0].size, e[0].name.as_str()),
-        (FileType::File, 1, "a.txt")
-    );
+    let Reply::Entries { entries: e } = o.only() else { unreachable!() };
+    assert_eq!((e[0].kind, e[0].size, e[0].name.as_str()), (FileType::File, 1, "a.txt"));
     assert_eq!(e[1].kind, FileType::Dir);
-    assert_eq!(
-        (e[2].kind, e[2].target.as_deref()),
-        (FileType::Symlink, Some("b"))
-    );
+    assert_eq!((e[2].kind, e[2].target.as_deref()), (FileType::Symlink, Some("b")));
     let o = call(&fx.files, req_list("/l", 2), None).await;
-    assert_eq!(
-        entries(&o),
-        ["/l/a.txt", "/l/b", "/l/b/c.txt", "/l/b/d", "/l/link"]
-    );
+    assert_eq!(entries(&o), ["/l/a.txt", "/l/b", "/l/b/c.txt", "/l/b/d", "/l/link"]);
     let o = call(&fx.files, req_list("/l/link/", 1), None).await;
     assert_eq!(entries(&o), ["/l/link/c.txt", "/l/link/d"]);
     let o = call(&fx.files, req_list("/", 1), None).await;
     assert_eq!(entries(&o), ["/home", "/l"]);
-    assert_eq!(
-        call(&fx.files, req_list("/l", 0), None).await.error().0,
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        call(&fx.files, req_list("/l/a.txt", 1), None)
-            .await
-            .error()
-            .0,
-        ErrorCode::NotADirectory
-    );
-    assert_eq!(
-        call(&fx.files, req_list("/nope", 1), None).await.error().0,
-        ErrorCode::NotFound
-    );
+    assert_eq!(call(&fx.files, req_list("/l", 0), None).await.error().0, ErrorCode::InvalidArgument);
+    assert_eq!(call(&fx.files, req_list("/l/a.txt", 1), None).await.error().0, ErrorCode::NotADirectory);
+    assert_eq!(call(&fx.files, req_list("/nope", 1), None).await.error().0, ErrorCode::NotFound);
 }
 
 #[tokio::test]
@@ -652,10 +421,7 @@ async fn list_refuses_more_than_the_cap() {
     for i in 0..MAX_ENTRIES {
         std::fs::write(fx.host(&format!("/many/{i}")), b"").unwrap();
     }
-    assert_eq!(
-        entries(&call(&fx.files, req_list("/many", 1), None).await).len(),
-        MAX_ENTRIES
-    );
+    assert_eq!(entries(&call(&fx.files, req_list("/many", 1), None).await).len(), MAX_ENTRIES);
     std::fs::write(fx.host("/many/one-more"), b"").unwrap();
     let (code, msg) = call(&fx.files, req_list("/many", 1), None).await.error();
     assert_eq!(code, ErrorCode::InvalidArgument);
@@ -675,46 +441,19 @@ async fn remove_recursive_does_not_follow_symlinks() {
     symlink("../../keep", fx.host("/victim/sub/rel-link")).unwrap();
     symlink(&outside, fx.host("/dirlink")).unwrap();
 
-    let rm = |p: &str, recursive| Request::Remove {
-        path: p.into(),
-        recursive,
-    };
+    let rm = |p: &str, recursive| Request::Remove { path: p.into(), recursive };
     // A link to a directory is removed as the link, recursive or not.
-    assert_eq!(
-        call(&fx.files, rm("/dirlink", true), None).await.only(),
-        &Reply::Ok
-    );
+    assert_eq!(call(&fx.files, rm("/dirlink", true), None).await.only(), &Reply::Ok);
     assert!(std::fs::symlink_metadata(fx.host("/dirlink")).is_err());
-    assert_eq!(
-        call(&fx.files, rm("/victim", false), None).await.error().0,
-        ErrorCode::NotEmpty
-    );
-    assert_eq!(
-        call(&fx.files, rm("/victim", true), None).await.only(),
-        &Reply::Ok
-    );
+    assert_eq!(call(&fx.files, rm("/victim", false), None).await.error().0, ErrorCode::NotEmpty);
+    assert_eq!(call(&fx.files, rm("/victim", true), None).await.only(), &Reply::Ok);
     assert!(!fx.host("/victim").exists());
-    assert_eq!(
-        std::fs::read(outside.join("sub/keep.txt")).unwrap(),
-        b"keep"
-    );
+    assert_eq!(std::fs::read(outside.join("sub/keep.txt")).unwrap(), b"keep");
     std::fs::create_dir(fx.host("/empty")).unwrap();
-    assert_eq!(
-        call(&fx.files, rm("/empty", false), None).await.only(),
-        &Reply::Ok
-    );
-    assert_eq!(
-        call(&fx.files, rm("/empty", false), None).await.error().0,
-        ErrorCode::NotFound
-    );
-    assert_eq!(
-        call(&fx.files, rm("/", true), None).await.error().0,
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(
-        call(&fx.files, rm("/..", true), None).await.error().0,
-        ErrorCode::InvalidArgument
-    );
+    assert_eq!(call(&fx.files, rm("/empty", false), None).await.only(), &Reply::Ok);
+    assert_eq!(call(&fx.files, rm("/empty", false), None).await.error().0, ErrorCode::NotFound);
+    assert_eq!(call(&fx.files, rm("/", true), None).await.error().0, ErrorCode::InvalidArgument);
+    assert_eq!(call(&fx.files, rm("/..", true), None).await.error().0, ErrorCode::InvalidArgument);
     assert!(fx.host("/home/user").is_dir());
 }
 
@@ -723,108 +462,34 @@ async fn rename_moves_files_and_dirs() {
     let fx = Fixture::new();
     write(&fx.files, "/a.txt", b"abc").await.info();
     std::fs::create_dir(fx.host("/sub")).unwrap();
-    let fi = call(
-        &fx.files,
-        Request::Rename {
-            from: "/a.txt".into(),
-            to: "/sub/b.txt".into(),
-        },
-        None,
-    )
-    .await
-    .info();
-    assert_eq!(
-        (fi.path.as_str(), fi.name.as_str(), fi.size),
-        ("/sub/b.txt", "b.txt", 3)
-    );
+    let fi = call(&fx.files, Request::Rename { from: "/a.txt".into(), to: "/sub/b.txt".into() }, None).await.info();
+    assert_eq!((fi.path.as_str(), fi.name.as_str(), fi.size), ("/sub/b.txt", "b.txt", 3));
     assert!(!fx.host("/a.txt").exists());
     assert_eq!(read_ok(&fx.files, "/sub/b.txt").await, b"abc");
-    let fi = call(
-        &fx.files,
-        Request::Rename {
-            from: "/sub".into(),
-            to: "notes".into(),
-        },
-        None,
-    )
-    .await
-    .info();
-    assert_eq!(
-        (fi.path.as_str(), fi.kind),
-        ("/home/user/notes", FileType::Dir)
-    );
-    let (code, msg) = call(
-        &fx.files,
-        Request::Rename {
-            from: "/gone".into(),
-            to: "/x".into(),
-        },
-        None,
-    )
-    .await
-    .error();
-    assert_eq!(
-        (code, msg.as_str()),
-        (
-            ErrorCode::NotFound,
-            "rename /gone to /x: no such file or directory"
-        )
-    );
-    let o = call(
-        &fx.files,
-        Request::Rename {
-            from: "/".into(),
-            to: "/x".into(),
-        },
-        None,
-    )
-    .await;
+    let fi = call(&fx.files, Request::Rename { from: "/sub".into(), to: "notes".into() }, None).await.info();
+    assert_eq!((fi.path.as_str(), fi.kind), ("/home/user/notes", FileType::Dir));
+    let (code, msg) = call(&fx.files, Request::Rename { from: "/gone".into(), to: "/x".into() }, None).await.error();
+    assert_eq!((code, msg.as_str()), (ErrorCode::NotFound, "rename /gone to /x: no such file or directory"));
+    let o = call(&fx.files, Request::Rename { from: "/".into(), to: "/x".into() }, None).await;
     assert_eq!(o.error().0, ErrorCode::InvalidArgument);
 }
 
 #[tokio::test]
 async fn mkdir_with_and_without_parents() {
     let fx = Fixture::new();
-    let mk = |p: &str, parents| Request::MakeDir {
-        path: p.into(),
-        parents,
-    };
+    let mk = |p: &str, parents| Request::MakeDir { path: p.into(), parents };
     let fi = call(&fx.files, mk("/x/y/z", true), None).await.info();
-    assert_eq!(
-        (fi.path.as_str(), fi.name.as_str(), fi.kind, fi.mode),
-        ("/x/y/z", "z", FileType::Dir, 0o755)
-    );
+    assert_eq!((fi.path.as_str(), fi.name.as_str(), fi.kind, fi.mode), ("/x/y/z", "z", FileType::Dir, 0o755));
     assert!(fx.host("/x/y/z").is_dir());
-    assert_eq!(
-        call(&fx.files, mk("/x/y/z", true), None).await.info().kind,
-        FileType::Dir
-    );
-    assert_eq!(
-        call(&fx.files, mk("/x/y/z", false), None).await.error().0,
-        ErrorCode::AlreadyExists
-    );
-    assert_eq!(
-        call(&fx.files, mk("/q/r", false), None).await.error().0,
-        ErrorCode::NotFound
-    );
+    assert_eq!(call(&fx.files, mk("/x/y/z", true), None).await.info().kind, FileType::Dir);
+    assert_eq!(call(&fx.files, mk("/x/y/z", false), None).await.error().0, ErrorCode::AlreadyExists);
+    assert_eq!(call(&fx.files, mk("/q/r", false), None).await.error().0, ErrorCode::NotFound);
     assert_eq!(call(&fx.files, mk("/", true), None).await.info().path, "/");
-    assert_eq!(
-        call(&fx.files, mk("/", false), None).await.error().0,
-        ErrorCode::AlreadyExists
-    );
+    assert_eq!(call(&fx.files, mk("/", false), None).await.error().0, ErrorCode::AlreadyExists);
     std::fs::write(fx.host("/file"), b"").unwrap();
-    assert_eq!(
-        call(&fx.files, mk("/file", true), None).await.error().0,
-        ErrorCode::AlreadyExists
-    );
-    assert_eq!(
-        call(&fx.files, mk("/file/sub", true), None).await.error().0,
-        ErrorCode::NotADirectory
-    );
-    assert_eq!(
-        call(&fx.files, mk("rel", false), None).await.info().path,
-        "/home/user/rel"
-    );
+    assert_eq!(call(&fx.files, mk("/file", true), None).await.error().0, ErrorCode::AlreadyExists);
+    assert_eq!(call(&fx.files, mk("/file/sub", true), None).await.error().0, ErrorCode::NotADirectory);
+    assert_eq!(call(&fx.files, mk("rel", false), None).await.info().path, "/home/user/rel");
     assert!(fx.host("/home/user/rel").is_dir());
 }
 
@@ -836,23 +501,14 @@ async fn stat_reports_symlinks_without_following() {
     symlink("/nowhere", fx.host("/dangling")).unwrap();
     let st = |p: &str| Request::Stat { path: p.into() };
     let fi = call(&fx.files, st("/ln"), None).await.info();
-    assert_eq!(
-        (fi.kind, fi.target.as_deref(), fi.path.as_str()),
-        (FileType::Symlink, Some("t.txt"), "/ln")
-    );
+    assert_eq!((fi.kind, fi.target.as_deref(), fi.path.as_str()), (FileType::Symlink, Some("t.txt"), "/ln"));
     let fi = call(&fx.files, st("/dangling"), None).await.info();
-    assert_eq!(
-        (fi.kind, fi.target.as_deref()),
-        (FileType::Symlink, Some("/nowhere"))
-    );
+    assert_eq!((fi.kind, fi.target.as_deref()), (FileType::Symlink, Some("/nowhere")));
     let fi = call(&fx.files, st("/t.txt"), None).await.info();
     assert_eq!((fi.kind, fi.size, fi.target), (FileType::File, 5, None));
     let fi = call(&fx.files, st("/"), None).await.info();
     assert_eq!((fi.kind, fi.path.as_str()), (FileType::Dir, "/"));
-    assert_eq!(
-        call(&fx.files, st("/nope"), None).await.error().0,
-        ErrorCode::NotFound
-    );
+    assert_eq!(call(&fx.files, st("/nope"), None).await.error().0, ErrorCode::NotFound);
     // Reading through the link follows it (inside the root).
     assert_eq!(read_ok(&fx.files, "/ln").await, b"12345");
 }
@@ -860,8 +516,5 @@ async fn stat_reports_symlinks_without_following() {
 #[tokio::test]
 async fn non_file_requests_are_protocol_errors() {
     let fx = Fixture::new();
-    assert_eq!(
-        call(&fx.files, Request::EndData, None).await.error().0,
-        ErrorCode::Protocol
-    );
+    assert_eq!(call(&fx.files, Request::EndData, None).await.error().0, ErrorCode::Protocol);
 }

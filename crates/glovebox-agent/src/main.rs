@@ -94,7 +94,11 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
     })
 }
 
-async fn handle(stream: tokio::net::UnixStream, exec: &exec::Exec, files: &files::Files) -> Result<(), conn::ConnError> {
+async fn handle(
+    stream: tokio::net::UnixStream,
+    exec: &exec::Exec,
+    files: &files::Files,
+) -> Result<(), conn::ConnError> {
     let (mut r, mut w) = conn::split(stream);
     let Some((kind, body)) = r.next().await? else { return Ok(()) };
     if kind != Kind::Json {

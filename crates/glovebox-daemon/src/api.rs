@@ -44,10 +44,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/commands/{cid}", get(command))
         .route("/sandboxes/{id}/commands/{cid}/kill", post(signal))
         .route("/sandboxes/{id}/commands/{cid}/stdin", post(stdin))
-        .route(
-            "/sandboxes/{id}/files",
-            get(download).put(upload).delete(remove).layer(DefaultBodyLimit::disable()),
-        )
+        .route("/sandboxes/{id}/files", get(download).put(upload).delete(remove).layer(DefaultBodyLimit::disable()))
         .route("/sandboxes/{id}/files/list", get(list_dir))
         .route("/sandboxes/{id}/files/stat", get(stat))
         .route("/sandboxes/{id}/files/mkdir", post(mkdir))
@@ -89,7 +86,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
-        ApiError { status, body: ErrorBody { error: ErrorDetail { code: code.into(), message: message.into(), reason: None } } }
+        ApiError {
+            status,
+            body: ErrorBody { error: ErrorDetail { code: code.into(), message: message.into(), reason: None } },
+        }
     }
 }
 
@@ -145,7 +145,11 @@ impl From<Error> for ApiError {
             }
             Error::Internal(_) => {
                 tracing::error!("{msg}");
-                return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error (see the daemon log)");
+                return ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error (see the daemon log)",
+                );
             }
         };
         ApiError::new(status, code, msg)
@@ -196,18 +200,14 @@ async fn list(State(st): State<AppState>, Query(q): Query<ListQuery>) -> ApiResu
     let mut filters = BTreeMap::new();
     if let Some(m) = &q.metadata {
         for pair in m.split(',').filter(|p| !p.is_empty()) {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "metadata filter must be key=value"))?;
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "metadata filter must be key=value")
+            })?;
             filters.insert(k.to_string(), v.to_string());
         }
     }
-    let sandboxes = st
-        .manager
-        .list()
-        .into_iter()
-        .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
-        .collect();
+    let sandboxes =
+        st.manager.list().into_iter().filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v))).collect();
     Ok(json(StatusCode::OK, &SandboxList { sandboxes }))
 }
 
@@ -221,7 +221,11 @@ async fn kill(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<R
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn set_timeout(State(st): State<AppState>, Path(id): Path<String>, Json(t): Json<SetTimeout>) -> ApiResult<Response> {
+async fn set_timeout(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(t): Json<SetTimeout>,
+) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &st.manager.set_timeout(&id, t.timeout_s)?.view()))
 }
 
@@ -242,10 +246,10 @@ async fn exec(
     }
     if wants_ndjson(&headers) {
         let stream = ops::exec_stream(st.manager.clone(), sb, req).await?;
-        return Ok(Response::builder()
+        return Response::builder()
             .header(header::CONTENT_TYPE, "application/x-ndjson")
             .body(Body::from_stream(stream))
-            .map_err(|e| ApiError::from(Error::Internal(e.to_string())))?);
+            .map_err(|e| ApiError::from(Error::Internal(e.to_string())));
     }
     Ok(json(StatusCode::OK, &ops::exec(&st.manager, &sb, req).await?))
 }
@@ -281,7 +285,8 @@ async fn signal(
     let req: SignalRequest = if body.iter().all(|b| b.is_ascii_whitespace()) {
         SignalRequest { signal: None }
     } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))?
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string()))?
     };
     let sig = req.signal.unwrap_or(libc::SIGKILL);
     ops::signal(&st.manager, &sb, cid, sig).await?;
@@ -317,7 +322,11 @@ struct PathQuery {
     mode: Option<String>,
 }
 
-async fn download(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
+async fn download(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let (info, body) = ops::download(st.manager.clone(), sb, q.path).await?;
     Response::builder()
@@ -335,12 +344,11 @@ async fn upload(
 ) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let mode = match &q.mode {
-        Some(m) => Some(
-            u32::from_str_radix(m.trim_start_matches("0o"), 8)
-                .ok()
-                .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "mode must be octal, e.g. 0644"))?,
-        ),
+        Some(m) => {
+            Some(u32::from_str_radix(m.trim_start_matches("0o"), 8).ok().filter(|m| *m <= 0o7777).ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "mode must be octal, e.g. 0644")
+            })?)
+        }
         None => None,
     };
     let info = ops::upload(&st.manager, &sb, q.path, mode, body.into_data_stream()).await?;
@@ -354,7 +362,11 @@ async fn remove(State(st): State<AppState>, Path(id): Path<String>, Query(q): Qu
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn list_dir(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
+async fn list_dir(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<PathQuery>,
+) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let depth = q.depth.unwrap_or(1);
     if depth == 0 || depth > 32 {
@@ -382,7 +394,8 @@ async fn mkdir(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json
 
 async fn rename(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<Rename>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Rename { from: b.from, to: b.to }).await?;
+    let r =
+        ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Rename { from: b.from, to: b.to }).await?;
     file_info(r)
 }
 

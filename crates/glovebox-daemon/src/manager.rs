@@ -193,7 +193,9 @@ impl Manager {
         if let Ok(entries) = fs::read_dir(self.cfg.data_dir.join("base")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = name.strip_prefix("host-").and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok()) {
+                if let Some(pid) =
+                    name.strip_prefix("host-").and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok())
+                {
                     if pid != std::process::id() as i32 && !Path::new(&format!("/proc/{pid}")).exists() {
                         let _ = fs::remove_dir_all(e.path());
                     }
@@ -264,7 +266,11 @@ impl Manager {
             )));
         }
         if !(api::MIN_PIDS..=api::MAX_PIDS).contains(&l.pids) {
-            return Err(Error::Invalid(format!("resources.pids must be between {} and {}", api::MIN_PIDS, api::MAX_PIDS)));
+            return Err(Error::Invalid(format!(
+                "resources.pids must be between {} and {}",
+                api::MIN_PIDS,
+                api::MAX_PIDS
+            )));
         }
         Ok(l)
     }
@@ -316,11 +322,7 @@ impl Manager {
             undo_dir(&dir);
             return Err(Error::Internal(format!("sandbox dir: {e}")));
         }
-        let cl = cgroup::Limits {
-            memory_bytes: limits.memory_mb << 20,
-            cpu_quota: limits.cpus,
-            pids: limits.pids,
-        };
+        let cl = cgroup::Limits { memory_bytes: limits.memory_mb << 20, cpu_quota: limits.cpus, pids: limits.pids };
         let cg = match self.cgroups.create(id, &cl, slot.uid_base()) {
             Ok(c) => c,
             Err(e) => {
@@ -345,11 +347,9 @@ impl Manager {
             pids: limits.pids,
         };
         let log = fs::File::create(dir.join("agent.log"));
-        let launched = log
-            .map_err(|e| Error::Internal(format!("agent log: {e}")))
-            .and_then(|log| {
-                glovebox_jail::launch::launch(&self.cfg.agent_exe, &jc, log).map_err(|e| Error::Start(e.to_string()))
-            });
+        let launched = log.map_err(|e| Error::Internal(format!("agent log: {e}"))).and_then(|log| {
+            glovebox_jail::launch::launch(&self.cfg.agent_exe, &jc, log).map_err(|e| Error::Start(e.to_string()))
+        });
         let pid = match launched {
             Ok(p) => p,
             Err(e) => {

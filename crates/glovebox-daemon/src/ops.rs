@@ -136,7 +136,13 @@ fn result(e: ap::ExitStatus, out: [Vec<u8>; 2], enc: Encoding, oom: bool) -> Exe
     }
 }
 
-async fn collect(m: &Manager, sb: &Sb, r: &mut Reader, cap: u64, wait: Option<Duration>) -> Result<(ap::ExitStatus, [Vec<u8>; 2])> {
+async fn collect(
+    m: &Manager,
+    sb: &Sb,
+    r: &mut Reader,
+    cap: u64,
+    wait: Option<Duration>,
+) -> Result<(ap::ExitStatus, [Vec<u8>; 2])> {
     let mut c = Collector { out: [Vec::new(), Vec::new()], cap };
     let fut = async {
         loop {
@@ -240,9 +246,7 @@ pub async fn exec_stream(
                 let oom = sb.oom_kills() > oom_before;
                 ExecStreamLine::Exited(result(e, [Vec::new(), Vec::new()], enc, oom))
             }
-            Err(e) => {
-                ExecStreamLine::Error { error: crate::api::ApiError::from(e).into_detail() }
-            }
+            Err(e) => ExecStreamLine::Error { error: crate::api::ApiError::from(e).into_detail() },
         };
         let _ = tx.send(line(&last)).await;
     });

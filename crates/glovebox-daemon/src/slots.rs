@@ -130,7 +130,7 @@ mod tests {
         let b = s.take("b").unwrap();
         assert_ne!(a.index, b.index);
         assert!(s.is_held(a.index));
-        assert!(a.uid_base() >= BASE && a.uid_base() % RANGE == 0);
+        assert!(a.uid_base() >= BASE && a.uid_base().is_multiple_of(RANGE));
         let n = a.index;
         drop(a);
         assert!(!s.is_held(n));

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +21,9 @@ pub const START_DEADLINE: Duration = Duration::from_secs(10);
 /// stderr (`log`, the sandbox's agent log) — no other daemon fd crosses over.
 pub fn launch(agent_exe: &Path, cfg: &JailConfig, log: File) -> Result<libc::pid_t> {
     let body = serde_json::to_vec(cfg).map_err(|e| JailError::Config(e.to_string()))?;
+    // argv[0] is what the sandbox sees as PID 1's command line: no host path in it.
     let mut child = Command::new(agent_exe)
+        .arg0("glovebox-agent")
         .arg("jail")
         .env_clear()
         .stdin(Stdio::piped())

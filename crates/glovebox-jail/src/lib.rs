@@ -17,4 +17,3 @@ pub mod rootfs;
 pub mod seccomp;
 pub mod sys;
 // helper modules below
-

@@ -70,8 +70,7 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
     let m = &cfg.mount_dir;
     let r = cfg.uid_base;
     let opts = format!("size={},mode=0711,nr_inodes={}", cfg.disk_bytes, inode_cap(cfg.disk_bytes));
-    sys::mount(Some("glovebox"), m, Some("tmpfs"), MS_NOSUID | MS_NODEV, Some(&opts))
-        .ctx_at("mount disk tmpfs", m)?;
+    sys::mount(Some("glovebox"), m, Some("tmpfs"), MS_NOSUID | MS_NODEV, Some(&opts)).ctx_at("mount disk tmpfs", m)?;
 
     let mut lowers = Vec::new();
     for (i, layer) in cfg.layers.iter().enumerate() {
@@ -127,8 +126,7 @@ fn build_dev(dev: &Path, shm_bytes: u64) -> Result<()> {
         let node = dev.join(name);
         fs::File::create(&node).ctx_at("create device stub", &node)?;
         let host = Path::new("/dev").join(name);
-        sys::mount(Some(&host.display().to_string()), &node, None, libc::MS_BIND, None)
-            .ctx_at("bind device", &node)?;
+        sys::mount(Some(&host.display().to_string()), &node, None, libc::MS_BIND, None).ctx_at("bind device", &node)?;
     }
     for (link, to) in [
         ("fd", "/proc/self/fd"),
@@ -142,14 +140,8 @@ fn build_dev(dev: &Path, shm_bytes: u64) -> Result<()> {
     mkdir(&dev.join("pts"), 0o755)?;
     let shm = dev.join("shm");
     mkdir(&shm, 0o1777)?;
-    sys::mount(
-        Some("shm"),
-        &shm,
-        Some("tmpfs"),
-        MS_NOSUID | MS_NODEV,
-        Some(&format!("size={shm_bytes},mode=1777")),
-    )
-    .ctx_at("mount /dev/shm", &shm)
+    sys::mount(Some("shm"), &shm, Some("tmpfs"), MS_NOSUID | MS_NODEV, Some(&format!("size={shm_bytes},mode=1777")))
+        .ctx_at("mount /dev/shm", &shm)
 }
 
 /// Inside, as the sandbox's PID 1 in its own mount namespace: makes `root` the root.
@@ -206,7 +198,9 @@ pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
     d("var/tmp", 0o1777, 0)?;
     d("root", 0o700, 0)?;
     d("home", 0o755, 0)?;
-    d("home/user", 0o755, 1000)?;
+    // Commands run as root (without capabilities) by default, so root owns the default
+    // working directory; templates with `USER` hand it over at build time.
+    d("home/user", 0o755, 0)?;
     for l in ["bin", "sbin", "lib", "lib64", "lib32", "libx32"] {
         if let Ok(t) = fs::read_link(Path::new("/").join(l)) {
             symlink(t, tmp.join(l))?;

@@ -14,7 +14,7 @@
 //!   `clone3`'s flags are in memory, which seccomp cannot read.
 //! - Argument rules only ever look at integer registers (flags, families, request numbers),
 //!   never at memory, and compare 32-bit arguments as 32 bits (`dword`), because the kernel
-//!   truncates them too: a 64-bit compare could be passed with junk in the high half.
+//!   truncates them too: a 64-bit compare would be dodged by setting bits in the high half.
 //! - A syscall made under another ABI (i386 `int 0x80`) kills the process: its numbers name
 //!   different syscalls, so no rule here would mean anything. x32 calls (number with bit 30 set)
 //!   match no entry and get `EPERM`.
@@ -28,8 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 use serde::Deserialize;
 
@@ -208,9 +208,7 @@ impl Policy {
             if seen.insert(name.to_owned()) {
                 Ok(())
             } else {
-                Err(SeccompError::Duplicate {
-                    name: name.to_owned(),
-                })
+                Err(SeccompError::Duplicate { name: name.to_owned() })
             }
         };
 
@@ -233,17 +231,8 @@ impl Policy {
             if let Some(note) = &a.note {
                 require_why(&a.name, note)?;
             }
-            let when_any = a
-                .when_any
-                .iter()
-                .map(|rule| parse_rule(&a.name, rule))
-                .collect::<Result<_, _>>()?;
-            allow.push(AllowEntry {
-                nr: known_syscall(&a.name)?,
-                name: a.name,
-                why: a.why,
-                when_any,
-            });
+            let when_any = a.when_any.iter().map(|rule| parse_rule(&a.name, rule)).collect::<Result<_, _>>()?;
+            allow.push(AllowEntry { nr: known_syscall(&a.name)?, name: a.name, why: a.why, when_any });
         }
 
         let mut denied = Vec::with_capacity(raw.denied.len());
@@ -256,19 +245,10 @@ impl Policy {
                 (Some(_), true) => return Err(SeccompError::NotAbsent { name: d.name }),
                 (None, false) => return Err(SeccompError::UnknownSyscall { name: d.name }),
             };
-            denied.push(DeniedEntry {
-                name: d.name,
-                nr,
-                why: d.why,
-            });
+            denied.push(DeniedEntry { name: d.name, nr, why: d.why });
         }
 
-        Ok(Self {
-            default_errno,
-            errno,
-            allow,
-            denied,
-        })
+        Ok(Self { default_errno, errno, allow, denied })
     }
 
     /// What the filter does with syscall `nr` (x86_64 ABI) called with `args`.
@@ -279,12 +259,7 @@ impl Policy {
             return Action::Errno(e.errno);
         }
         match self.allow.iter().find(|a| a.nr == nr) {
-            Some(a)
-                if a.when_any.is_empty()
-                    || a.when_any
-                        .iter()
-                        .any(|rule| rule.iter().all(|c| c.holds(args))) =>
-            {
+            Some(a) if a.when_any.is_empty() || a.when_any.iter().any(|rule| rule.iter().all(|c| c.holds(args))) => {
                 Action::Allow
             }
             _ => Action::Errno(self.default_errno),
@@ -308,10 +283,7 @@ impl Policy {
         for a in &self.allow {
             let mut chain = Vec::with_capacity(a.when_any.len());
             for rule in &a.when_any {
-                let conditions = rule
-                    .iter()
-                    .map(|c| c.to_seccompiler())
-                    .collect::<Result<_, _>>()?;
+                let conditions = rule.iter().map(|c| c.to_seccompiler()).collect::<Result<_, _>>()?;
                 chain.push(SeccompRule::new(conditions).map_err(SeccompError::Build)?);
             }
             rules.insert(i64::from(a.nr), chain);
@@ -334,17 +306,11 @@ impl Policy {
         ]);
         for e in &self.errno {
             prog.push(jump(BPF_JEQ_K, e.nr, 0, 1));
-            prog.push(stmt(
-                BPF_RET_K,
-                libc::SECCOMP_RET_ERRNO | (e.errno.unsigned_abs() & libc::SECCOMP_RET_DATA),
-            ));
+            prog.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | (e.errno.unsigned_abs() & libc::SECCOMP_RET_DATA)));
         }
         prog.extend(body);
         if prog.len() > MAX_INSNS {
-            return Err(SeccompError::TooLarge {
-                len: prog.len(),
-                max: MAX_INSNS,
-            });
+            return Err(SeccompError::TooLarge { len: prog.len(), max: MAX_INSNS });
         }
         Ok(prog)
     }
@@ -355,9 +321,7 @@ impl Policy {
 /// Call once (it allocates) and keep the program; [`install`] it in each child.
 pub fn compile() -> Result<BpfProgram, SeccompError> {
     if !cfg!(target_arch = "x86_64") {
-        return Err(SeccompError::UnsupportedArch {
-            arch: std::env::consts::ARCH,
-        });
+        return Err(SeccompError::UnsupportedArch { arch: std::env::consts::ARCH });
     }
     Policy::embedded()?.to_bpf()
 }
@@ -368,24 +332,15 @@ pub fn compile() -> Result<BpfProgram, SeccompError> {
 /// failure. It assumes the jail has set `no_new_privs` already (required to install a filter
 /// without `CAP_SYS_ADMIN`, and part of the jail's setup anyway); seccompiler sets it again,
 /// which is harmless. Without `TSYNC`: the child is single-threaded.
-#[allow(clippy::ptr_arg)] // the type callers hold; a slice would serve as well
 pub fn install(prog: &BpfProgram) -> Result<(), SeccompError> {
     if prog.len() > MAX_INSNS {
-        return Err(SeccompError::TooLarge {
-            len: prog.len(),
-            max: MAX_INSNS,
-        });
+        return Err(SeccompError::TooLarge { len: prog.len(), max: MAX_INSNS });
     }
     seccompiler::apply_filter(prog).map_err(SeccompError::Install)
 }
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
+    sock_filter { code, jt: 0, jf: 0, k }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
@@ -394,17 +349,13 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 
 fn require_why(name: &str, why: &str) -> Result<(), SeccompError> {
     if why.trim().is_empty() {
-        return Err(SeccompError::MissingWhy {
-            name: name.to_owned(),
-        });
+        return Err(SeccompError::MissingWhy { name: name.to_owned() });
     }
     Ok(())
 }
 
 fn known_syscall(name: &str) -> Result<u32, SeccompError> {
-    syscall_nr(name).ok_or_else(|| SeccompError::UnknownSyscall {
-        name: name.to_owned(),
-    })
+    syscall_nr(name).ok_or_else(|| SeccompError::UnknownSyscall { name: name.to_owned() })
 }
 
 fn errno_value(name: &str, errno: &str) -> Result<i32, SeccompError> {
@@ -414,18 +365,12 @@ fn errno_value(name: &str, errno: &str) -> Result<i32, SeccompError> {
         "EACCES" => Ok(libc::EACCES),
         "EINVAL" => Ok(libc::EINVAL),
         "EOPNOTSUPP" => Ok(libc::EOPNOTSUPP),
-        _ => Err(SeccompError::UnknownErrno {
-            name: name.to_owned(),
-            errno: errno.to_owned(),
-        }),
+        _ => Err(SeccompError::UnknownErrno { name: name.to_owned(), errno: errno.to_owned() }),
     }
 }
 
 fn parse_rule(name: &str, rule: &RawRule) -> Result<Vec<Condition>, SeccompError> {
-    let bad = |reason| SeccompError::BadRule {
-        name: name.to_owned(),
-        reason,
-    };
+    let bad = |reason| SeccompError::BadRule { name: name.to_owned(), reason };
     if rule.all.is_empty() {
         return Err(bad("a rule needs at least one condition"));
     }
@@ -456,26 +401,16 @@ fn parse_rule(name: &str, rule: &RawRule) -> Result<Vec<Condition>, SeccompError
             };
             let wide = |v: u64| v > u64::from(u32::MAX);
             if width == Width::Dword && (wide(value) || matches!(op, Op::MaskedEq(m) if wide(m))) {
-                return Err(bad(
-                    "a dword compare with a value wider than 32 bits never holds",
-                ));
+                return Err(bad("a dword compare with a value wider than 32 bits never holds"));
             }
-            Ok(Condition {
-                arg: c.arg,
-                width,
-                op,
-                value,
-            })
+            Ok(Condition { arg: c.arg, width, op, value })
         })
         .collect()
 }
 
 /// `A|B|0x10`: constant names from [`CONSTANTS`] and numbers, or-ed together.
 fn parse_value(name: &str, text: &str) -> Result<u64, SeccompError> {
-    let bad = || SeccompError::BadValue {
-        name: name.to_owned(),
-        value: text.to_owned(),
-    };
+    let bad = || SeccompError::BadValue { name: name.to_owned(), value: text.to_owned() };
     text.split('|').try_fold(0u64, |acc, token| {
         let token = token.trim();
         let v = if let Some(hex) = token.strip_prefix("0x") {
@@ -483,11 +418,7 @@ fn parse_value(name: &str, text: &str) -> Result<u64, SeccompError> {
         } else if token.starts_with(|c: char| c.is_ascii_digit()) {
             token.parse().map_err(|_| bad())?
         } else {
-            CONSTANTS
-                .iter()
-                .find(|(n, _)| *n == token)
-                .map(|&(_, v)| v)
-                .ok_or_else(bad)?
+            CONSTANTS.iter().find(|(n, _)| *n == token).map(|&(_, v)| v).ok_or_else(bad)?
         };
         Ok(acc | v)
     })
@@ -600,12 +531,10 @@ const CONSTANTS: &[(&str, u64)] = &[
 
 /// The x86_64 number of a syscall, by its kernel name.
 fn syscall_nr(name: &str) -> Option<u32> {
-    SYSCALLS
-        .iter()
-        .find(|(sys, _)| sys.strip_prefix("SYS_") == Some(name))
-        .and_then(|&(_, nr)| u32::try_from(nr).ok())
+    SYSCALLS.iter().find(|(sys, _)| sys.strip_prefix("SYS_") == Some(name)).and_then(|&(_, nr)| u32::try_from(nr).ok())
 }
 
+#[cfg(target_arch = "x86_64")]
 macro_rules! syscall_table {
     ($($sys:ident),* $(,)?) => {
         &[$((stringify!($sys), libc::$sys)),*]
@@ -766,11 +695,7 @@ mod tests {
     fn embedded_policy_parses() {
         let p = policy();
         assert_eq!(p.default_errno, libc::EPERM);
-        assert!(
-            p.allow.len() > 200,
-            "only {} syscalls allowed",
-            p.allow.len()
-        );
+        assert!(p.allow.len() > 200, "only {} syscalls allowed", p.allow.len());
         assert!(p.allowed("execve").is_some());
     }
 
@@ -778,8 +703,7 @@ mod tests {
     #[test]
     fn every_entry_says_who_needs_it() {
         let doc: serde_json::Value = serde_json::from_str(POLICY_JSON).expect("valid json");
-        let why_ok =
-            |v: &serde_json::Value| v["why"].as_str().is_some_and(|w| !w.trim().is_empty());
+        let why_ok = |v: &serde_json::Value| v["why"].as_str().is_some_and(|w| !w.trim().is_empty());
         assert!(why_ok(&doc["default"]));
         for section in ["allow", "errno", "denied"] {
             let entries = doc[section].as_array().expect("section is a list");
@@ -801,16 +725,8 @@ mod tests {
         let allowed: BTreeSet<&str> = p.allow.iter().map(|a| a.name.as_str()).collect();
         let errno: BTreeSet<&str> = p.errno.iter().map(|e| e.name.as_str()).collect();
         for d in &p.denied {
-            assert!(
-                !allowed.contains(d.name.as_str()),
-                "{} is allowed and denied",
-                d.name
-            );
-            assert!(
-                !errno.contains(d.name.as_str()),
-                "{} is in errno and denied",
-                d.name
-            );
+            assert!(!allowed.contains(d.name.as_str()), "{} is allowed and denied", d.name);
+            assert!(!errno.contains(d.name.as_str()), "{} is in errno and denied", d.name);
         }
         assert!(allowed.is_disjoint(&errno));
     }
@@ -820,10 +736,7 @@ mod tests {
         let p = policy();
         for &name in MUST_DENY {
             assert!(p.allowed(name).is_none(), "{name} is allowed");
-            assert!(
-                p.denied.iter().any(|d| d.name == name),
-                "{name} not documented in denied"
-            );
+            assert!(p.denied.iter().any(|d| d.name == name), "{name} not documented in denied");
             if let Some(n) = syscall_nr(name) {
                 assert_eq!(p.decide(n, &NO_ARGS), EPERM, "{name}");
                 assert_eq!(p.decide(n, &[u64::MAX; 6]), EPERM, "{name}");
@@ -840,10 +753,7 @@ mod tests {
     #[test]
     fn clone3_gets_enosys_so_glibc_falls_back_to_clone() {
         let p = policy();
-        assert_eq!(
-            p.decide(nr("clone3"), &NO_ARGS),
-            Action::Errno(libc::ENOSYS)
-        );
+        assert_eq!(p.decide(nr("clone3"), &NO_ARGS), Action::Errno(libc::ENOSYS));
     }
 
     #[test]
@@ -859,15 +769,10 @@ mod tests {
             | libc::CLONE_SETTLS
             | libc::CLONE_PARENT_SETTID
             | libc::CLONE_CHILD_CLEARTID) as u64;
-        let fork =
-            libc::SIGCHLD as u64 | (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
+        let fork = libc::SIGCHLD as u64 | (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
         let vfork = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
         for flags in [thread, fork, vfork, libc::SIGCHLD as u64] {
-            assert_eq!(
-                p.decide(clone, &with(&[(0, flags)])),
-                Action::Allow,
-                "{flags:#x}"
-            );
+            assert_eq!(p.decide(clone, &with(&[(0, flags)])), Action::Allow, "{flags:#x}");
         }
         for ns in [
             libc::CLONE_NEWUSER,
@@ -890,27 +795,13 @@ mod tests {
     fn ioctl_refuses_terminal_injection_only() {
         let p = policy();
         let ioctl = nr("ioctl");
-        for req in [
-            libc::TCGETS,
-            libc::TIOCGWINSZ,
-            libc::FIONREAD,
-            libc::FIONBIO,
-            libc::TIOCSPGRP,
-        ] {
-            assert_eq!(
-                p.decide(ioctl, &with(&[(1, req as u64)])),
-                Action::Allow,
-                "{req:#x}"
-            );
+        for req in [libc::TCGETS, libc::TIOCGWINSZ, libc::FIONREAD, libc::FIONBIO, libc::TIOCSPGRP] {
+            assert_eq!(p.decide(ioctl, &with(&[(1, req as u64)])), Action::Allow, "{req:#x}");
         }
         for req in [libc::TIOCSTI as u64, libc::TIOCLINUX as u64] {
             assert_eq!(p.decide(ioctl, &with(&[(1, req)])), EPERM, "{req:#x}");
             // The kernel truncates cmd to 32 bits; junk in the high half must not get through.
-            assert_eq!(
-                p.decide(ioctl, &with(&[(1, req | 1 << 32)])),
-                EPERM,
-                "{req:#x}"
-            );
+            assert_eq!(p.decide(ioctl, &with(&[(1, req | 1 << 32)])), EPERM, "{req:#x}");
         }
     }
 
@@ -919,14 +810,7 @@ mod tests {
         let p = policy();
         let socket = nr("socket");
         let ok = |domain: i32, proto: i32| {
-            p.decide(
-                socket,
-                &with(&[
-                    (0, domain as u64),
-                    (1, libc::SOCK_STREAM as u64),
-                    (2, proto as u64),
-                ]),
-            )
+            p.decide(socket, &with(&[(0, domain as u64), (1, libc::SOCK_STREAM as u64), (2, proto as u64)]))
         };
         assert_eq!(ok(libc::AF_UNIX, 0), Action::Allow);
         assert_eq!(ok(libc::AF_INET, 0), Action::Allow);
@@ -934,20 +818,11 @@ mod tests {
         assert_eq!(ok(libc::AF_NETLINK, libc::NETLINK_ROUTE), Action::Allow);
         assert_eq!(ok(libc::AF_NETLINK, libc::NETLINK_AUDIT), EPERM);
         assert_eq!(ok(libc::AF_NETLINK, libc::NETLINK_NETFILTER), EPERM);
-        for domain in [
-            libc::AF_PACKET,
-            libc::AF_VSOCK,
-            libc::AF_ALG,
-            libc::AF_KEY,
-            libc::AF_BLUETOOTH,
-        ] {
+        for domain in [libc::AF_PACKET, libc::AF_VSOCK, libc::AF_ALG, libc::AF_KEY, libc::AF_BLUETOOTH] {
             assert_eq!(ok(domain, 0), EPERM, "domain {domain}");
         }
         let pair = nr("socketpair");
-        assert_eq!(
-            p.decide(pair, &with(&[(0, libc::AF_UNIX as u64)])),
-            Action::Allow
-        );
+        assert_eq!(p.decide(pair, &with(&[(0, libc::AF_UNIX as u64)])), Action::Allow);
         assert_eq!(p.decide(pair, &with(&[(0, libc::AF_INET as u64)])), EPERM);
     }
 
@@ -957,17 +832,8 @@ mod tests {
         let pers = nr("personality");
         assert_eq!(p.decide(pers, &with(&[(0, 0)])), Action::Allow);
         assert_eq!(p.decide(pers, &with(&[(0, 0xffff_ffff)])), Action::Allow);
-        for persona in [
-            libc::ADDR_NO_RANDOMIZE,
-            libc::READ_IMPLIES_EXEC,
-            0x0010_0000,
-            0x0008,
-        ] {
-            assert_eq!(
-                p.decide(pers, &with(&[(0, persona as u64)])),
-                EPERM,
-                "{persona:#x}"
-            );
+        for persona in [libc::ADDR_NO_RANDOMIZE, libc::READ_IMPLIES_EXEC, 0x0010_0000, 0x0008] {
+            assert_eq!(p.decide(pers, &with(&[(0, persona as u64)])), EPERM, "{persona:#x}");
         }
     }
 
@@ -978,11 +844,7 @@ mod tests {
             let n = nr(name);
             for kind in [libc::S_IFIFO, libc::S_IFREG, libc::S_IFSOCK, 0] {
                 let mode = u64::from(kind | 0o644);
-                assert_eq!(
-                    p.decide(n, &with(&[(arg, mode)])),
-                    Action::Allow,
-                    "{name} {kind:o}"
-                );
+                assert_eq!(p.decide(n, &with(&[(arg, mode)])), Action::Allow, "{name} {kind:o}");
             }
             for kind in [libc::S_IFCHR, libc::S_IFBLK, libc::S_IFDIR, libc::S_IFLNK] {
                 let mode = u64::from(kind | 0o644);
@@ -994,13 +856,7 @@ mod tests {
     #[test]
     fn unlisted_syscalls_get_eperm() {
         let p = policy();
-        for name in [
-            "landlock_create_ruleset",
-            "modify_ldt",
-            "kcmp",
-            "pidfd_getfd",
-            "_sysctl",
-        ] {
+        for name in ["landlock_create_ruleset", "modify_ldt", "kcmp", "pidfd_getfd", "_sysctl"] {
             assert_eq!(p.decide(nr(name), &NO_ARGS), EPERM, "{name}");
         }
         assert_eq!(p.decide(1000, &NO_ARGS), EPERM);
@@ -1021,64 +877,21 @@ mod tests {
         };
         use serde_json::json;
         let cases: Vec<(&str, Result<Policy, SeccompError>)> = vec![
-            (
-                "duplicate",
-                edit(&push("allow", json!({"name": "read", "why": "again"}))),
-            ),
-            (
-                "allowed and denied",
-                edit(&push("allow", json!({"name": "mount", "why": "x"}))),
-            ),
-            (
-                "unknown",
-                edit(&push("allow", json!({"name": "frobnicate", "why": "x"}))),
-            ),
-            (
-                "no why",
-                edit(&push(
-                    "denied",
-                    json!({"name": "landlock_add_rule", "why": " "}),
-                )),
-            ),
-            (
-                "unknown field",
-                edit(&push(
-                    "allow",
-                    json!({"name": "sysfs", "why": "x", "whu": 1}),
-                )),
-            ),
-            (
-                "false absent",
-                edit(&push(
-                    "denied",
-                    json!({"name": "sysfs", "why": "x", "absent_on_x86_64": true}),
-                )),
-            ),
-            (
-                "bad errno",
-                edit(&|d| d["default"]["errno"] = json!("EWHATEVER")),
-            ),
+            ("duplicate", edit(&push("allow", json!({"name": "read", "why": "again"})))),
+            ("allowed and denied", edit(&push("allow", json!({"name": "mount", "why": "x"})))),
+            ("unknown", edit(&push("allow", json!({"name": "frobnicate", "why": "x"})))),
+            ("no why", edit(&push("denied", json!({"name": "landlock_add_rule", "why": " "})))),
+            ("unknown field", edit(&push("allow", json!({"name": "sysfs", "why": "x", "whu": 1})))),
+            ("false absent", edit(&push("denied", json!({"name": "sysfs", "why": "x", "absent_on_x86_64": true})))),
+            ("bad errno", edit(&|d| d["default"]["errno"] = json!("EWHATEVER"))),
             ("bad arch", edit(&|d| d["arch"] = json!("aarch64"))),
         ];
         let rule = |cond: serde_json::Value| {
-            edit(&push(
-                "allow",
-                json!({"name": "sysfs", "why": "x", "when_any": [{"all": [cond]}]}),
-            ))
+            edit(&push("allow", json!({"name": "sysfs", "why": "x", "when_any": [{"all": [cond]}]})))
         };
         let rules = vec![
-            (
-                "unknown constant",
-                rule(
-                    json!({"arg": 0, "width": "dword", "op": "eq", "value": "AF_NOPE", "why": "x"}),
-                ),
-            ),
-            (
-                "wide dword",
-                rule(
-                    json!({"arg": 0, "width": "dword", "op": "eq", "value": "0x100000000", "why": "x"}),
-                ),
-            ),
+            ("unknown constant", rule(json!({"arg": 0, "width": "dword", "op": "eq", "value": "AF_NOPE", "why": "x"}))),
+            ("wide dword", rule(json!({"arg": 0, "width": "dword", "op": "eq", "value": "0x100000000", "why": "x"}))),
             (
                 "outside mask",
                 rule(
@@ -1087,18 +900,10 @@ mod tests {
             ),
             (
                 "mask on eq",
-                rule(
-                    json!({"arg": 0, "width": "dword", "op": "eq", "mask": "0xf0", "value": "0", "why": "x"}),
-                ),
+                rule(json!({"arg": 0, "width": "dword", "op": "eq", "mask": "0xf0", "value": "0", "why": "x"})),
             ),
-            (
-                "arg 6",
-                rule(json!({"arg": 6, "width": "dword", "op": "eq", "value": "0", "why": "x"})),
-            ),
-            (
-                "condition why",
-                rule(json!({"arg": 0, "width": "dword", "op": "eq", "value": "0", "why": ""})),
-            ),
+            ("arg 6", rule(json!({"arg": 6, "width": "dword", "op": "eq", "value": "0", "why": "x"}))),
+            ("condition why", rule(json!({"arg": 0, "width": "dword", "op": "eq", "value": "0", "why": ""}))),
         ];
         for (what, result) in cases.into_iter().chain(rules) {
             assert!(result.is_err(), "{what}: accepted");
@@ -1180,21 +985,13 @@ mod tests {
             }
         }
         for proto in [libc::NETLINK_ROUTE, libc::NETLINK_AUDIT] {
-            arg_sets.push(with(&[
-                (0, libc::AF_NETLINK as u64),
-                (1, 3),
-                (2, proto as u64),
-            ]));
+            arg_sets.push(with(&[(0, libc::AF_NETLINK as u64), (1, 3), (2, proto as u64)]));
         }
         let mut checked = 0;
         for n in 0..=500u32 {
             for args in &arg_sets {
                 let want = ret_value(p.decide(n, args));
-                assert_eq!(
-                    run_bpf(&prog, AUDIT_ARCH_X86_64, n, args),
-                    want,
-                    "nr {n} args {args:x?}"
-                );
+                assert_eq!(run_bpf(&prog, AUDIT_ARCH_X86_64, n, args), want, "nr {n} args {args:x?}");
                 checked += 1;
             }
         }
@@ -1206,17 +1003,11 @@ mod tests {
         let prog = compile().expect("compile");
         const AUDIT_ARCH_I386: u32 = 3 | 0x4000_0000;
         for n in [0, 1, 11, 120, 435] {
-            assert_eq!(
-                run_bpf(&prog, AUDIT_ARCH_I386, n, &NO_ARGS),
-                libc::SECCOMP_RET_KILL_PROCESS
-            );
+            assert_eq!(run_bpf(&prog, AUDIT_ARCH_I386, n, &NO_ARGS), libc::SECCOMP_RET_KILL_PROCESS);
         }
         const X32: u32 = 0x4000_0000;
         for n in [0, 1, 59] {
-            assert_eq!(
-                run_bpf(&prog, AUDIT_ARCH_X86_64, X32 | n, &NO_ARGS),
-                ret_value(EPERM)
-            );
+            assert_eq!(run_bpf(&prog, AUDIT_ARCH_X86_64, X32 | n, &NO_ARGS), ret_value(EPERM));
         }
     }
 
@@ -1240,12 +1031,7 @@ mod tests {
         let work = dir.path().join("work");
         std::fs::create_dir(&work).expect("work dir");
         let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "seccomp::tests::probe_child",
-                "--ignored",
-                "--nocapture",
-            ])
+            .args(["--exact", "seccomp::tests::probe_child", "--ignored", "--nocapture"])
             .arg("--test-threads=1")
             .env(PROBE_ENV, scenario)
             .env(DIR_ENV, &work)
@@ -1276,30 +1062,14 @@ mod tests {
     #[test]
     fn filter_in_child_blocks_escapes_and_allows_ordinary_calls() {
         let out = run_probe("escapes");
-        assert_eq!(
-            out.code,
-            Some(0),
-            "probe failed:\n{}\n{}",
-            out.stdout,
-            out.stderr
-        );
-        assert!(
-            out.stdout.contains("probe escapes: all checks passed"),
-            "{}",
-            out.stdout
-        );
+        assert_eq!(out.code, Some(0), "probe failed:\n{}\n{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("probe escapes: all checks passed"), "{}", out.stdout);
     }
 
     #[test]
     fn filter_in_child_runs_real_programs() {
         let out = run_probe("programs");
-        assert_eq!(
-            out.code,
-            Some(0),
-            "programs failed:\n{}\n{}",
-            out.stdout,
-            out.stderr
-        );
+        assert_eq!(out.code, Some(0), "programs failed:\n{}\n{}", out.stdout, out.stderr);
         assert!(out.stdout.contains("ok-sh"), "{}", out.stdout);
         if std::path::Path::new("/usr/bin/python3").exists() {
             assert!(out.stdout.contains("ok-python 0"), "{}", out.stdout);
@@ -1316,9 +1086,7 @@ mod tests {
         let Ok(scenario) = std::env::var(PROBE_ENV) else {
             return;
         };
-        let dir = std::env::var_os(DIR_ENV)
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
+        let dir = std::env::var_os(DIR_ENV).map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
         let prog = compile().expect("compile");
         probe::set_no_new_privs();
         install(&prog).expect("install filter");
@@ -1336,10 +1104,7 @@ mod tests {
                 }
             }
             "programs" => probe::programs(&dir),
-            "run" => probe::shell(
-                &std::env::var("GLOVEBOX_SECCOMP_RUN").unwrap_or_default(),
-                &dir,
-            ),
+            "run" => probe::shell(&std::env::var("GLOVEBOX_SECCOMP_RUN").unwrap_or_default(), &dir),
             other => panic!("unknown probe {other}"),
         };
         std::process::exit(code);
@@ -1393,10 +1158,7 @@ mod tests {
                     // SAFETY: waits for our own child, writing into a live local.
                     let w = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
                     if w != pid as libc::pid_t {
-                        return Err(format!(
-                            "waitpid {pid}: {}",
-                            std::io::Error::last_os_error()
-                        ));
+                        return Err(format!("waitpid {pid}: {}", std::io::Error::last_os_error()));
                     }
                     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != exit_code {
                         return Err(format!("child of clone({flags:#x}) ended with {status:#x}"));
@@ -1421,8 +1183,7 @@ mod tests {
             let chr = chr.as_ptr() as c_long;
             let (at, chr_mode, dev) = (i(libc::AT_FDCWD), i((libc::S_IFCHR | 0o600) as i32), 259);
             let tiocsti = libc::TIOCSTI as c_long;
-            let (packet, vsock, netlink) =
-                (i(libc::AF_PACKET), i(libc::AF_VSOCK), i(libc::AF_NETLINK));
+            let (packet, vsock, netlink) = (i(libc::AF_PACKET), i(libc::AF_VSOCK), i(libc::AF_NETLINK));
             let (raw, stream) = (i(libc::SOCK_RAW), i(libc::SOCK_STREAM));
             #[rustfmt::skip]
             let cases: &[(&str, c_long, [c_long; 6], i32)] = &[
@@ -1503,9 +1264,7 @@ mod tests {
                 (|| {
                     std::fs::write(&file, b"hello").map_err(|e| e.to_string())?;
                     let back = std::fs::read(&file).map_err(|e| e.to_string())?;
-                    (back == b"hello")
-                        .then_some(())
-                        .ok_or_else(|| format!("read back {back:?}"))
+                    (back == b"hello").then_some(()).ok_or_else(|| format!("read back {back:?}"))
                 })(),
             );
             allowed(
@@ -1515,10 +1274,7 @@ mod tests {
                     other => Err(format!("{other:?}")),
                 },
             );
-            allowed(
-                "clone(SIGCHLD) (fork)",
-                fork_like(c_long::from(libc::SIGCHLD), 7).map(drop),
-            );
+            allowed("clone(SIGCHLD) (fork)", fork_like(c_long::from(libc::SIGCHLD), 7).map(drop));
             allowed(
                 "execve /bin/true",
                 match Command::new("/bin/true").status() {
@@ -1537,26 +1293,17 @@ mod tests {
                 "loopback tcp",
                 (|| {
                     use std::io::{Read, Write};
-                    let l =
-                        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-                    let mut c =
-                        std::net::TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?)
-                            .map_err(|e| e.to_string())?;
+                    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+                    let mut c = std::net::TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?)
+                        .map_err(|e| e.to_string())?;
                     let (mut a, _) = l.accept().map_err(|e| e.to_string())?;
                     c.write_all(b"x").map_err(|e| e.to_string())?;
                     let mut b = [0u8; 1];
                     a.read_exact(&mut b).map_err(|e| e.to_string())?;
-                    (b == *b"x")
-                        .then_some(())
-                        .ok_or_else(|| "wrong byte".to_owned())
+                    (b == *b"x").then_some(()).ok_or_else(|| "wrong byte".to_owned())
                 })(),
             );
-            allowed(
-                "socketpair(AF_UNIX)",
-                std::os::unix::net::UnixStream::pair()
-                    .map(drop)
-                    .map_err(|e| e.to_string()),
-            );
+            allowed("socketpair(AF_UNIX)", std::os::unix::net::UnixStream::pair().map(drop).map_err(|e| e.to_string()));
             let mut fds = [0 as libc::c_int; 2];
             let mut avail: libc::c_int = -1;
             let fifo = cpath(&dir.join("fifo"));
@@ -1565,28 +1312,11 @@ mod tests {
             // socket's fd is closed right after; personality and mknodat take integers and
             // the live C string `fifo`.
             unsafe {
-                let r = sys(
-                    libc::SYS_pipe2,
-                    [
-                        fds.as_mut_ptr() as c_long,
-                        libc::O_CLOEXEC as c_long,
-                        0,
-                        0,
-                        0,
-                        0,
-                    ],
-                );
+                let r = sys(libc::SYS_pipe2, [fds.as_mut_ptr() as c_long, libc::O_CLOEXEC as c_long, 0, 0, 0, 0]);
                 allowed("pipe2", r.map(drop).map_err(|e| format!("errno {e}")));
                 let r = sys(
                     libc::SYS_ioctl,
-                    [
-                        fds[0] as c_long,
-                        libc::FIONREAD as c_long,
-                        &mut avail as *mut libc::c_int as c_long,
-                        0,
-                        0,
-                        0,
-                    ],
+                    [fds[0] as c_long, libc::FIONREAD as c_long, &mut avail as *mut libc::c_int as c_long, 0, 0, 0],
                 );
                 allowed(
                     "ioctl(FIONREAD)",
@@ -1612,32 +1342,19 @@ mod tests {
                 allowed(
                     "socket(NETLINK_ROUTE)",
                     match r {
-                        Ok(fd) => sys(libc::SYS_close, [fd, 0, 0, 0, 0, 0])
-                            .map(drop)
-                            .map_err(|e| format!("close errno {e}")),
+                        Ok(fd) => {
+                            sys(libc::SYS_close, [fd, 0, 0, 0, 0, 0]).map(drop).map_err(|e| format!("close errno {e}"))
+                        }
                         Err(e) => Err(format!("errno {e}")),
                     },
                 );
                 let r = sys(libc::SYS_personality, [0xffff_ffff, 0, 0, 0, 0, 0]);
-                allowed(
-                    "personality(query)",
-                    r.map(drop).map_err(|e| format!("errno {e}")),
-                );
+                allowed("personality(query)", r.map(drop).map_err(|e| format!("errno {e}")));
                 let r = sys(
                     libc::SYS_mknodat,
-                    [
-                        libc::AT_FDCWD as c_long,
-                        fifo.as_ptr() as c_long,
-                        (libc::S_IFIFO | 0o600) as c_long,
-                        0,
-                        0,
-                        0,
-                    ],
+                    [libc::AT_FDCWD as c_long, fifo.as_ptr() as c_long, (libc::S_IFIFO | 0o600) as c_long, 0, 0, 0],
                 );
-                allowed(
-                    "mknodat(S_IFIFO)",
-                    r.map(drop).map_err(|e| format!("errno {e}")),
-                );
+                allowed("mknodat(S_IFIFO)", r.map(drop).map_err(|e| format!("errno {e}")));
             }
             fails
         }
@@ -1709,11 +1426,7 @@ if command -v curl >/dev/null; then curl -sf -o /dev/null file:///etc/hostname &
         }
 
         pub fn shell(cmd: &str, dir: &Path) -> i32 {
-            let status = Command::new("/bin/sh")
-                .args(["-c", cmd])
-                .current_dir(dir)
-                .status()
-                .expect("run /bin/sh");
+            let status = Command::new("/bin/sh").args(["-c", cmd]).current_dir(dir).status().expect("run /bin/sh");
             status.code().unwrap_or(128)
         }
     }

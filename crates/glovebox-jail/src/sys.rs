@@ -126,8 +126,7 @@ pub fn setresgid(gid: u32) -> io::Result<()> {
 
 pub fn setgroups_empty() -> io::Result<()> {
     // SAFETY: a zero-length list with a null pointer is valid for setgroups(2).
-    check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) })
-        .map(drop)
+    check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) }).map(drop)
 }
 
 pub fn sethostname(name: &str) -> io::Result<()> {

@@ -88,7 +88,10 @@ pub fn parse_header(h: [u8; 5]) -> Result<(Kind, usize), FrameError> {
 
 /// Splits as many whole frames as `buf` holds off its front. Used where a reader has a
 /// byte buffer rather than an async stream (tests, fuzzing).
-pub fn decode_all(mut buf: &[u8]) -> Result<(Vec<(Kind, Vec<u8>)>, usize), FrameError> {
+/// One decoded frame: its kind and payload.
+pub type Frame = (Kind, Vec<u8>);
+
+pub fn decode_all(mut buf: &[u8]) -> Result<(Vec<Frame>, usize), FrameError> {
     let mut frames = Vec::new();
     let mut used = 0;
     while buf.len() >= 5 {
@@ -120,10 +123,7 @@ mod tests {
     #[test]
     fn rejects_oversized_and_unknown() {
         let big = ((MAX_FRAME as u32) + 2).to_be_bytes();
-        assert_eq!(
-            parse_header([big[0], big[1], big[2], big[3], 0]),
-            Err(FrameError::TooLarge(MAX_FRAME + 1))
-        );
+        assert_eq!(parse_header([big[0], big[1], big[2], big[3], 0]), Err(FrameError::TooLarge(MAX_FRAME + 1)));
         assert_eq!(parse_header([0, 0, 0, 1, 9]), Err(FrameError::UnknownKind(9)));
         assert_eq!(parse_header([0, 0, 0, 0, 0]), Err(FrameError::Empty));
         assert!(encode(Kind::Data, &vec![0; MAX_FRAME + 1]).is_err());

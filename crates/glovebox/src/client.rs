@@ -21,7 +21,7 @@ pub struct ApiFailure {
 
 impl std::fmt::Display for ApiFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message, self.code)
+        write!(f, "{} ({}, HTTP {})", self.message, self.code, self.status.as_u16())
     }
 }
 impl std::error::Error for ApiFailure {}
@@ -45,7 +45,9 @@ impl Client {
         let text = resp.text().await.unwrap_or_default();
         match serde_json::from_str::<ErrorBody>(&text) {
             Ok(b) => Err(ApiFailure { status, code: b.error.code, message: b.error.message }.into()),
-            Err(_) => Err(ApiFailure { status, code: "http_error".into(), message: format!("HTTP {status}: {text}") }.into()),
+            Err(_) => {
+                Err(ApiFailure { status, code: "http_error".into(), message: format!("HTTP {status}: {text}") }.into())
+            }
         }
     }
 

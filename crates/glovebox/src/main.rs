@@ -133,11 +133,9 @@ enum FilesCmd {
 fn main() {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GLOVEBOX_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(if matches!(cli.cmd, Cmd::Serve(_)) { "info" } else { "warn" })
-            }),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GLOVEBOX_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(if matches!(cli.cmd, Cmd::Serve(_)) { "info" } else { "warn" })
+        }))
         .with_writer(std::io::stderr)
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -245,7 +243,13 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
             let l: SandboxList = client.json(client.req(Method::GET, "/v1/sandboxes")).await?;
             println!("{:<18} {:<10} {:<26} EXPIRES", "ID", "STATE", "CREATED");
             for s in l.sandboxes {
-                println!("{:<18} {:<10} {:<26} {}", s.id, format!("{:?}", s.state).to_lowercase(), s.created_at, s.expires_at);
+                println!(
+                    "{:<18} {:<10} {:<26} {}",
+                    s.id,
+                    format!("{:?}", s.state).to_lowercase(),
+                    s.created_at,
+                    s.expires_at
+                );
             }
         }
         SandboxCmd::Exec { id, timeout, cwd, env, cmd } => {

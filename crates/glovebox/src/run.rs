@@ -43,7 +43,8 @@ pub struct RunArgs {
 }
 
 pub async fn run(a: RunArgs) -> Result<i32> {
-    let timeout_ms = a.timeout.as_deref().map(units::duration_ms).transpose()?.unwrap_or(api::DEFAULT_COMMAND_TIMEOUT_MS);
+    let timeout_ms =
+        a.timeout.as_deref().map(units::duration_ms).transpose()?.unwrap_or(api::DEFAULT_COMMAND_TIMEOUT_MS);
     let resources = a.limits.resources()?;
     let env = kv(&a.env, "--env")?;
     let files = a.files.iter().map(|f| parse_file_arg(f)).collect::<Result<Vec<_>>>()?;
@@ -60,12 +61,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     // The sandbox outlives the command's budget a little, so the command's own timeout
     // (exit 124) is what ends a runaway, not the sandbox clock.
     let life_s = if timeout_ms == 0 { api::DEFAULT_TIMEOUT_S } else { timeout_ms.div_ceil(1000) + 30 };
-    let req = CreateSandbox {
-        timeout_s: Some(life_s.min(api::MAX_TIMEOUT_S)),
-        resources,
-        env,
-        ..Default::default()
-    };
+    let req = CreateSandbox { timeout_s: Some(life_s.min(api::MAX_TIMEOUT_S)), resources, env, ..Default::default() };
     let result = async {
         let sb = client.create(&req).await?;
         let r = async {

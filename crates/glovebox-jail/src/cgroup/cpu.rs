@@ -13,14 +13,9 @@ const MIN_QUOTA_US: u64 = 1_000;
 
 /// The quota in microseconds per [`PERIOD_US`] for `cpus` cores.
 pub(super) fn quota_us(cpus: f64) -> Result<u64, CgroupError> {
-    let invalid = |reason: String| CgroupError::InvalidLimit {
-        field: "cpu_quota",
-        reason,
-    };
+    let invalid = |reason: String| CgroupError::InvalidLimit { field: "cpu_quota", reason };
     if !cpus.is_finite() || cpus <= 0.0 {
-        return Err(invalid(format!(
-            "{cpus} cores: must be a number greater than 0"
-        )));
+        return Err(invalid(format!("{cpus} cores: must be a number greater than 0")));
     }
     // Saturates for absurd values; the kernel then rejects the write, naming the file.
     let quota = (cpus * PERIOD_US as f64).round() as u64;

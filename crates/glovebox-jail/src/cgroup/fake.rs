@@ -28,12 +28,7 @@ pub(crate) struct Opts {
 
 impl Default for Opts {
     fn default() -> Self {
-        Self {
-            swap: true,
-            freezer: true,
-            cpu_cpuacct: false,
-            cgroup_kill: true,
-        }
+        Self { swap: true, freezer: true, cpu_cpuacct: false, cgroup_kill: true }
     }
 }
 
@@ -80,36 +75,22 @@ impl FakeFs {
 
     pub fn v1(dir: &Path, opts: Opts) -> Self {
         let mut fake = Self::new(dir);
-        let base = [
-            ("cgroup.procs", ""),
-            ("tasks", ""),
-            ("notify_on_release", "0"),
-        ];
+        let base = [("cgroup.procs", ""), ("tasks", ""), ("notify_on_release", "0")];
         let mut memory = files(&base);
         memory.extend(files(&[
             ("memory.limit_in_bytes", V1_MAX),
             ("memory.usage_in_bytes", "0"),
             ("memory.max_usage_in_bytes", "0"),
-            (
-                "memory.oom_control",
-                "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
-            ),
+            ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"),
         ]));
         if opts.swap {
-            memory.extend(files(&[
-                ("memory.memsw.limit_in_bytes", V1_MAX),
-                ("memory.memsw.usage_in_bytes", "0"),
-            ]));
+            memory.extend(files(&[("memory.memsw.limit_in_bytes", V1_MAX), ("memory.memsw.usage_in_bytes", "0")]));
         }
         fake.hierarchy("memory", memory);
         let mut pids = files(&base);
         pids.extend(files(&[("pids.max", "max"), ("pids.current", "0")]));
         fake.hierarchy("pids", pids);
-        let cpu = files(&[
-            ("cpu.cfs_period_us", "100000"),
-            ("cpu.cfs_quota_us", "-1"),
-            ("cpu.shares", "1024"),
-        ]);
+        let cpu = files(&[("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "-1"), ("cpu.shares", "1024")]);
         let cpuacct = files(&[("cpuacct.usage", "0")]);
         if opts.cpu_cpuacct {
             let mut both = files(&base);
@@ -140,10 +121,7 @@ impl FakeFs {
         let mut fake = Self::new(dir);
         let root = fake.root.clone();
         for (name, value) in [
-            (
-                "cgroup.controllers",
-                "cpuset cpu io memory hugetlb pids rdma misc",
-            ),
+            ("cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc"),
             ("cgroup.subtree_control", ""),
             ("cgroup.procs", ""),
             ("cgroup.threads", ""),
@@ -161,10 +139,7 @@ impl FakeFs {
             ("memory.max", "max"),
             ("memory.current", "0"),
             ("memory.peak", "0"),
-            (
-                "memory.events",
-                "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
-            ),
+            ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n"),
             ("pids.max", "max"),
             ("pids.current", "0"),
             ("cpu.max", "max 100000"),
@@ -174,10 +149,7 @@ impl FakeFs {
             child.extend(files(&[("cgroup.kill", "")]));
         }
         if opts.swap {
-            child.extend(files(&[
-                ("memory.swap.max", "max"),
-                ("memory.swap.current", "0"),
-            ]));
+            child.extend(files(&[("memory.swap.max", "max"), ("memory.swap.current", "0")]));
         }
         fake.templates.push((root, child));
         fake
@@ -205,9 +177,7 @@ impl FakeFs {
 
     /// Index of the first write of `value` to `path`, to check ordering.
     pub fn write_index(&self, path: &Path, value: &str) -> Option<usize> {
-        self.writes()
-            .iter()
-            .position(|(p, v)| p == path && v == value)
+        self.writes().iter().position(|(p, v)| p == path && v == value)
     }
 
     pub fn chowned(&self) -> Vec<(PathBuf, u32)> {
@@ -280,11 +250,7 @@ impl Fs for FakeFs {
             }
             files.push(entry.path());
         }
-        if !std::fs::read_to_string(path.join("cgroup.procs"))
-            .unwrap_or_default()
-            .trim()
-            .is_empty()
-        {
+        if !std::fs::read_to_string(path.join("cgroup.procs")).unwrap_or_default().trim().is_empty() {
             return Err(io::Error::from_raw_os_error(libc::EBUSY));
         }
         for file in files {
@@ -362,10 +328,7 @@ impl Fs for FakeFs {
             let Ok(text) = std::fs::read_to_string(&procs) else {
                 continue;
             };
-            let kept: Vec<&str> = text
-                .lines()
-                .filter(|l| l.trim() != pid.to_string())
-                .collect();
+            let kept: Vec<&str> = text.lines().filter(|l| l.trim() != pid.to_string()).collect();
             if kept.len() != text.lines().count() {
                 found = true;
                 let mut kept = kept.join("\n");

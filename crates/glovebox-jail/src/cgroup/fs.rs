@@ -83,10 +83,7 @@ pub(super) fn ensure_dir(fs: &dyn Fs, path: &Path) -> Result<(), CgroupError> {
     match fs.mkdir(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(source) => Err(CgroupError::Mkdir {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Err(source) => Err(CgroupError::Mkdir { path: path.to_path_buf(), source }),
     }
 }
 
@@ -94,32 +91,19 @@ pub(super) fn ensure_dir(fs: &dyn Fs, path: &Path) -> Result<(), CgroupError> {
 pub(super) fn mkdir_new(fs: &dyn Fs, path: &Path) -> Result<(), CgroupError> {
     fs.mkdir(path).map_err(|source| {
         if source.kind() == io::ErrorKind::AlreadyExists {
-            CgroupError::AlreadyExists {
-                path: path.to_path_buf(),
-            }
+            CgroupError::AlreadyExists { path: path.to_path_buf() }
         } else {
-            CgroupError::Mkdir {
-                path: path.to_path_buf(),
-                source,
-            }
+            CgroupError::Mkdir { path: path.to_path_buf(), source }
         }
     })
 }
 
 pub(super) fn chown(fs: &dyn Fs, path: &Path, uid: u32) -> Result<(), CgroupError> {
-    fs.chown(path, uid, uid)
-        .map_err(|source| CgroupError::Chown {
-            path: path.to_path_buf(),
-            uid,
-            source,
-        })
+    fs.chown(path, uid, uid).map_err(|source| CgroupError::Chown { path: path.to_path_buf(), uid, source })
 }
 
 pub(super) fn read(path: &Path) -> Result<String, CgroupError> {
-    std::fs::read_to_string(path).map_err(|source| CgroupError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| CgroupError::Read { path: path.to_path_buf(), source })
 }
 
 fn parse_u64(path: &Path, text: &str) -> Result<u64, CgroupError> {
@@ -139,10 +123,7 @@ pub(super) fn read_u64_opt(path: &Path) -> Result<Option<u64>, CgroupError> {
     match std::fs::read_to_string(path) {
         Ok(text) => parse_u64(path, &text).map(Some),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(CgroupError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Err(source) => Err(CgroupError::Read { path: path.to_path_buf(), source }),
     }
 }
 
@@ -154,10 +135,7 @@ pub(super) fn read_keyed(path: &Path, key: &str) -> Result<u64, CgroupError> {
         .filter_map(|line| line.split_once(' '))
         .find(|(k, _)| *k == key)
         .map(|(_, v)| v)
-        .ok_or_else(|| CgroupError::Parse {
-            path: path.to_path_buf(),
-            reason: format!("no key {key:?}"),
-        })?;
+        .ok_or_else(|| CgroupError::Parse { path: path.to_path_buf(), reason: format!("no key {key:?}") })?;
     parse_u64(path, value)
 }
 
@@ -166,12 +144,7 @@ pub(super) fn read_pids(path: &Path) -> Result<Vec<i32>, CgroupError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(CgroupError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(CgroupError::Read { path: path.to_path_buf(), source }),
     };
     text.lines()
         .map(str::trim)
@@ -180,10 +153,7 @@ pub(super) fn read_pids(path: &Path) -> Result<Vec<i32>, CgroupError> {
             Ok(pid) if pid > 0 => Ok(pid),
             // The kernel never lists pid 0 or negatives; refusing them keeps kill(2) away from
             // process groups.
-            _ => Err(CgroupError::Parse {
-                path: path.to_path_buf(),
-                reason: format!("not a pid: {line:?}"),
-            }),
+            _ => Err(CgroupError::Parse { path: path.to_path_buf(), reason: format!("not a pid: {line:?}") }),
         })
         .collect()
 }
@@ -197,12 +167,7 @@ pub(super) fn walk(dir: &Path) -> Result<Vec<PathBuf>, CgroupError> {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Ok(out),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(source) => {
-            return Err(CgroupError::Read {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(CgroupError::Read { path: dir.to_path_buf(), source }),
     }
     let mut queue = VecDeque::from([dir.to_path_buf()]);
     while let Some(current) = queue.pop_front() {
@@ -210,25 +175,11 @@ pub(super) fn walk(dir: &Path) -> Result<Vec<PathBuf>, CgroupError> {
             Ok(entries) => entries,
             // Removed while we walk (the agent cleaning up a command's cgroup).
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(source) => {
-                return Err(CgroupError::Read {
-                    path: current,
-                    source,
-                })
-            }
+            Err(source) => return Err(CgroupError::Read { path: current, source }),
         };
         for entry in entries {
-            let entry = entry.map_err(|source| CgroupError::Read {
-                path: current.clone(),
-                source,
-            })?;
-            let is_dir = entry
-                .file_type()
-                .map_err(|source| CgroupError::Read {
-                    path: entry.path(),
-                    source,
-                })?
-                .is_dir();
+            let entry = entry.map_err(|source| CgroupError::Read { path: current.clone(), source })?;
+            let is_dir = entry.file_type().map_err(|source| CgroupError::Read { path: entry.path(), source })?.is_dir();
             if is_dir {
                 queue.push_back(entry.path());
             }

@@ -22,10 +22,7 @@ pub(super) struct MemoryStats {
 
 pub(super) fn validate(limits: &Limits) -> Result<(), CgroupError> {
     if limits.memory_bytes == 0 {
-        return Err(CgroupError::InvalidLimit {
-            field: "memory_bytes",
-            reason: "must be greater than 0".into(),
-        });
+        return Err(CgroupError::InvalidLimit { field: "memory_bytes", reason: "must be greater than 0".into() });
     }
     Ok(())
 }

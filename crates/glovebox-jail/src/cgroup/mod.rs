@@ -96,12 +96,7 @@ pub trait CgroupDriver: Send + Sync {
     /// Creates the sandbox's cgroup(s) with `limits`, the command parent delegated to
     /// `owner_uid`. Fails with [`CgroupError::AlreadyExists`] if `name` is taken; on any
     /// failure removes what it made.
-    fn create(
-        &self,
-        name: &str,
-        limits: &Limits,
-        owner_uid: u32,
-    ) -> Result<Box<dyn Cgroup>, CgroupError>;
+    fn create(&self, name: &str, limits: &Limits, owner_uid: u32) -> Result<Box<dyn Cgroup>, CgroupError>;
     /// Re-opens an existing sandbox cgroup (after a daemon restart), or `None`. A sandbox left
     /// half-made (present in only some v1 hierarchies) opens too, so it can be destroyed.
     fn open(&self, name: &str) -> Result<Option<Box<dyn Cgroup>>, CgroupError>;
@@ -135,10 +130,7 @@ pub fn detect(root: &Path) -> Result<Box<dyn CgroupDriver>, CgroupError> {
 }
 
 fn detect_with(root: &Path, fs: Arc<dyn Fs>) -> Result<Box<dyn CgroupDriver>, CgroupError> {
-    let root = root.canonicalize().map_err(|source| CgroupError::Read {
-        path: root.to_path_buf(),
-        source,
-    })?;
+    let root = root.canonicalize().map_err(|source| CgroupError::Read { path: root.to_path_buf(), source })?;
     if root.join("cgroup.controllers").exists() {
         return Ok(Box::new(v2::V2Driver::new(fs, root)?));
     }
@@ -168,9 +160,7 @@ pub fn remove_tree(dir: &Path) -> Result<(), CgroupError> {
 fn validate_name(name: &str) -> Result<(), CgroupError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok {
         Ok(())
     } else {
@@ -202,18 +192,10 @@ fn list_into(parent: &Path, out: &mut BTreeSet<String>) -> Result<(), CgroupErro
     let entries = match std::fs::read_dir(parent) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(CgroupError::Read {
-                path: parent.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(CgroupError::Read { path: parent.to_path_buf(), source }),
     };
     for entry in entries {
-        let entry = entry.map_err(|source| CgroupError::Read {
-            path: parent.to_path_buf(),
-            source,
-        })?;
+        let entry = entry.map_err(|source| CgroupError::Read { path: parent.to_path_buf(), source })?;
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
         if let (true, Some(name)) = (is_dir, entry.file_name().to_str()) {
             if validate_name(name).is_ok() {
@@ -236,11 +218,7 @@ pub(crate) mod test_util {
     use super::{detect_with, CgroupDriver, Limits};
 
     pub const MIB: u64 = 1 << 20;
-    pub const LIMITS: Limits = Limits {
-        memory_bytes: 64 * MIB,
-        cpu_quota: 0.5,
-        pids: 16,
-    };
+    pub const LIMITS: Limits = Limits { memory_bytes: 64 * MIB, cpu_quota: 0.5, pids: 16 };
 
     pub fn driver(fake: &Arc<FakeFs>) -> Box<dyn CgroupDriver> {
         detect_with(&fake.root, Arc::clone(fake) as _).unwrap()
@@ -279,24 +257,14 @@ mod tests {
     #[test]
     fn detect_picks_v1_with_comounted_cpu_cpuacct() {
         let tmp = tempfile::tempdir().unwrap();
-        let opts = Opts {
-            cpu_cpuacct: true,
-            ..Opts::default()
-        };
+        let opts = Opts { cpu_cpuacct: true, ..Opts::default() };
         let fake = Arc::new(FakeFs::v1(tmp.path(), opts));
         let cgroup = driver(&fake).create("sb", &LIMITS, 1000).unwrap();
         // memory, pids, cpu,cpuacct (once, though reachable as cpu and cpuacct), freezer.
         let hierarchies: Vec<_> = cgroup
             .procs_files()
             .iter()
-            .map(|p| {
-                p.strip_prefix(&fake.root)
-                    .unwrap()
-                    .iter()
-                    .next()
-                    .unwrap()
-                    .to_owned()
-            })
+            .map(|p| p.strip_prefix(&fake.root).unwrap().iter().next().unwrap().to_owned())
             .collect();
         assert_eq!(hierarchies, ["memory", "pids", "cpu,cpuacct", "freezer"]);
     }
@@ -312,16 +280,9 @@ mod tests {
     fn detect_rejects_v2_without_our_controllers() {
         let tmp = tempfile::tempdir().unwrap();
         let fake = FakeFs::v2(tmp.path(), Opts::default());
-        std::fs::write(
-            fake.root.join("cgroup.controllers"),
-            "cpuset cpu io memory\n",
-        )
-        .unwrap();
+        std::fs::write(fake.root.join("cgroup.controllers"), "cpuset cpu io memory\n").unwrap();
         let err = detect_err(fake);
-        assert!(
-            matches!(&err, CgroupError::MissingControllers { missing, .. } if missing == "pids"),
-            "{err:?}"
-        );
+        assert!(matches!(&err, CgroupError::MissingControllers { missing, .. } if missing == "pids"), "{err:?}");
     }
 
     #[test]
@@ -352,17 +313,7 @@ mod tests {
         for good in ["sb-1", "a", "Sandbox_01", &"x".repeat(64)] {
             validate_name(good).unwrap();
         }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "a/b",
-            "../x",
-            "cgroup.procs",
-            "a b",
-            "é",
-            &"x".repeat(65),
-        ] {
+        for bad in ["", ".", "..", "a/b", "../x", "cgroup.procs", "a b", "é", &"x".repeat(65)] {
             let err = validate_name(bad).unwrap_err();
             assert!(matches!(err, CgroupError::InvalidName { .. }), "{bad:?}");
         }
@@ -376,16 +327,7 @@ mod tests {
         assert_eq!(cpu::PERIOD_US, 100_000);
         for bad in [0.0, -1.0, 0.004, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             let err = cpu::quota_us(bad).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    CgroupError::InvalidLimit {
-                        field: "cpu_quota",
-                        ..
-                    }
-                ),
-                "{bad}"
-            );
+            assert!(matches!(err, CgroupError::InvalidLimit { field: "cpu_quota", .. }), "{bad}");
         }
     }
 
@@ -394,17 +336,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let fake = Arc::new(FakeFs::v1(tmp.path(), Opts::default()));
         let d = driver(&fake);
-        let bad = [
-            Limits {
-                memory_bytes: 0,
-                ..LIMITS
-            },
-            Limits { pids: 0, ..LIMITS },
-            Limits {
-                cpu_quota: 0.0,
-                ..LIMITS
-            },
-        ];
+        let bad =
+            [Limits { memory_bytes: 0, ..LIMITS }, Limits { pids: 0, ..LIMITS }, Limits { cpu_quota: 0.0, ..LIMITS }];
         for limits in bad {
             let err = d.create("sb", &limits, 1000).err().unwrap();
             let msg = err.to_string();
@@ -426,10 +359,7 @@ mod tests {
         fake.add_proc(&child, 7);
         fake.add_proc(&parent, 8);
 
-        assert_eq!(
-            kill_tree_with(&*fake, &child, KillMethod::V1Freezer).unwrap(),
-            1
-        );
+        assert_eq!(kill_tree_with(&*fake, &child, KillMethod::V1Freezer).unwrap(), 1);
         let state = child.join("freezer.state");
         let ops = fake.ops();
         let at = |op: Op| ops.iter().position(|o| *o == op).unwrap();
@@ -437,17 +367,11 @@ mod tests {
         let killed = at(Op::Kill(7));
         let thawed = at(Op::Write(state.clone(), "THAWED".into()));
         assert!(frozen < killed && killed < thawed, "{ops:?}");
-        assert!(
-            !ops.contains(&Op::Kill(8)),
-            "only the child's tree is killed"
-        );
+        assert!(!ops.contains(&Op::Kill(8)), "only the child's tree is killed");
         assert_eq!(test_util::read(&state), "THAWED");
 
         fake.add_proc(&child, 9);
-        assert_eq!(
-            kill_tree_with(&*fake, &child, KillMethod::V1Pids).unwrap(),
-            1
-        );
+        assert_eq!(kill_tree_with(&*fake, &child, KillMethod::V1Pids).unwrap(), 1);
         assert!(fake.ops().contains(&Op::Kill(9)));
         assert_eq!(fake.writes().iter().filter(|(p, _)| *p == state).count(), 2);
 

@@ -8,10 +8,7 @@ use super::{CgroupError, Limits};
 
 pub(super) fn validate(limits: &Limits) -> Result<(), CgroupError> {
     if limits.pids == 0 {
-        return Err(CgroupError::InvalidLimit {
-            field: "pids",
-            reason: "must be greater than 0".into(),
-        });
+        return Err(CgroupError::InvalidLimit { field: "pids", reason: "must be greater than 0".into() });
     }
     Ok(())
 }

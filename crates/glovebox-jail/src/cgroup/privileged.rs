@@ -38,8 +38,7 @@ impl Guard {
         let pid = child.id();
         self.children.push(child);
         for file in procs {
-            std::fs::write(file, pid.to_string())
-                .unwrap_or_else(|e| panic!("join {}: {e}", file.display()));
+            std::fs::write(file, pid.to_string()).unwrap_or_else(|e| panic!("join {}: {e}", file.display()));
         }
         pid
     }
@@ -72,25 +71,15 @@ fn setup(test: &str) -> Option<(Box<dyn CgroupDriver>, Guard, String)> {
     }
     let driver = detect(Path::new(ROOT)).unwrap();
     let name = format!("test-{}-{test}", std::process::id());
-    let limits = Limits {
-        memory_bytes: 64 * MIB,
-        cpu_quota: 0.5,
-        pids: 16,
-    };
+    let limits = Limits { memory_bytes: 64 * MIB, cpu_quota: 0.5, pids: 16 };
     let cgroup = driver.create(&name, &limits, OWNER).unwrap();
-    let guard = Guard {
-        cgroup: Some(cgroup),
-        children: Vec::new(),
-    };
+    let guard = Guard { cgroup: Some(cgroup), children: Vec::new() };
     Some((driver, guard, name))
 }
 
 fn read(path: impl AsRef<Path>) -> String {
     let path = path.as_ref();
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_owned()
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().to_owned()
 }
 
 fn uid(path: &Path) -> u32 {
@@ -106,21 +95,13 @@ fn real_create_limit_kill_destroy() {
     let limit_file = match driver.version() {
         Version::V1 => {
             let cg = |h: &str| root.join(h).join("glovebox").join(&name);
-            assert_eq!(
-                read(cg("memory").join("memory.limit_in_bytes")),
-                (64 * MIB).to_string()
-            );
+            assert_eq!(read(cg("memory").join("memory.limit_in_bytes")), (64 * MIB).to_string());
             let memsw = cg("memory").join("memory.memsw.limit_in_bytes");
             if memsw.exists() {
                 assert_eq!(read(memsw), (64 * MIB).to_string());
             }
             assert_eq!(read(cg("pids").join("pids.max")), "16");
-            let cpu = root
-                .join("cpu")
-                .canonicalize()
-                .unwrap()
-                .join("glovebox")
-                .join(&name);
+            let cpu = root.join("cpu").canonicalize().unwrap().join("glovebox").join(&name);
             assert_eq!(read(cpu.join("cpu.cfs_period_us")), "100000");
             assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "50000");
             cg("memory").join("memory.limit_in_bytes")
@@ -179,15 +160,8 @@ fn real_kill_tree_kills_one_command_child() {
     assert_eq!(kill_tree(&child, method).unwrap(), 2);
     guard.reap_killed(a);
     guard.reap_killed(b);
-    let still = guard
-        .children
-        .iter_mut()
-        .find(|c| c.id() == bystander)
-        .unwrap();
-    assert!(
-        still.try_wait().unwrap().is_none(),
-        "kill_tree reached outside its tree"
-    );
+    let still = guard.children.iter_mut().find(|c| c.id() == bystander).unwrap();
+    assert!(still.try_wait().unwrap().is_none(), "kill_tree reached outside its tree");
     remove_tree(&child).unwrap();
     assert!(!child.exists());
 

@@ -87,11 +87,7 @@ pub(super) fn kill(fs: &dyn Fs, tops: &[PathBuf], stop: Stop<'_>) -> Result<usiz
 
 /// Freezes, SIGKILLs every pid, thaws (always, even if signalling failed: a tree left frozen
 /// would hold its processes forever). Frozen processes die as soon as they are thawed.
-fn freeze_and_signal(
-    fs: &dyn Fs,
-    tops: &[PathBuf],
-    stop: Stop<'_>,
-) -> Result<Vec<i32>, CgroupError> {
+fn freeze_and_signal(fs: &dyn Fs, tops: &[PathBuf], stop: Stop<'_>) -> Result<Vec<i32>, CgroupError> {
     match stop {
         Stop::None => {}
         Stop::V1Freezer(dir) => freezer::freeze_v1(fs, dir)?,
@@ -115,13 +111,7 @@ fn signal_all(fs: &dyn Fs, tops: &[PathBuf]) -> Result<Vec<i32>, CgroupError> {
             Ok(()) => signalled.push(pid),
             // Exited between the read and the signal (only possible without a freezer).
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            Err(source) => {
-                return Err(CgroupError::Kill {
-                    path: procs,
-                    pid,
-                    source,
-                })
-            }
+            Err(source) => return Err(CgroupError::Kill { path: procs, pid, source }),
         }
     }
     Ok(signalled)
@@ -134,10 +124,7 @@ pub(super) fn ensure_empty(top: &Path) -> Result<(), CgroupError> {
     if left.is_empty() {
         return Ok(());
     }
-    Err(CgroupError::NotEmpty {
-        path: top.to_path_buf(),
-        remaining: left.len(),
-    })
+    Err(CgroupError::NotEmpty { path: top.to_path_buf(), remaining: left.len() })
 }
 
 /// Removes `top` and every cgroup below it, deepest first. Absent directories are fine.
@@ -147,12 +134,7 @@ pub(super) fn remove(fs: &dyn Fs, top: &Path) -> Result<(), CgroupError> {
         match fs.rmdir(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(CgroupError::Rmdir {
-                    path: dir.clone(),
-                    source,
-                })
-            }
+            Err(source) => return Err(CgroupError::Rmdir { path: dir.clone(), source }),
         }
     }
     Ok(())

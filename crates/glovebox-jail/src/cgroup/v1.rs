@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::fs::{self, Fs};
 use super::tree::{self, Stop};
 use super::{
-    cpu, fail_closed, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError,
-    KillMethod, Limits, Stats, Version, PARENT, PROCS,
+    cpu, fail_closed, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod, Limits,
+    Stats, Version, PARENT, PROCS,
 };
 
 /// The mounted hierarchies, canonical so that `cpu` and `cpuacct` symlinks to `cpu,cpuacct`
@@ -30,10 +30,7 @@ impl Layout {
             for name in names {
                 let path = root.join(name);
                 if path.is_dir() {
-                    return path
-                        .canonicalize()
-                        .map(Some)
-                        .map_err(|source| CgroupError::Read { path, source });
+                    return path.canonicalize().map(Some).map_err(|source| CgroupError::Read { path, source });
                 }
             }
             Ok(None)
@@ -41,10 +38,7 @@ impl Layout {
         let need = |names: &[&str]| -> Result<PathBuf, CgroupError> {
             find(names)?.ok_or_else(|| CgroupError::Unsupported {
                 path: root.to_path_buf(),
-                reason: format!(
-                    "not cgroup2 (no cgroup.controllers) and no v1 {} hierarchy",
-                    names[0]
-                ),
+                reason: format!("not cgroup2 (no cgroup.controllers) and no v1 {} hierarchy", names[0]),
             })
         };
         Ok(Self {
@@ -58,13 +52,7 @@ impl Layout {
 
     /// The distinct hierarchies a sandbox has a cgroup in, in creation order.
     fn hierarchies(&self) -> Vec<&Path> {
-        let all = [
-            Some(&self.memory),
-            Some(&self.pids),
-            Some(&self.cpu),
-            Some(&self.cpuacct),
-            self.freezer.as_ref(),
-        ];
+        let all = [Some(&self.memory), Some(&self.pids), Some(&self.cpu), Some(&self.cpuacct), self.freezer.as_ref()];
         let mut out: Vec<&Path> = Vec::new();
         for hierarchy in all.into_iter().flatten() {
             if !out.contains(&hierarchy.as_path()) {
@@ -83,18 +71,11 @@ pub(super) struct V1Driver {
 
 impl V1Driver {
     pub(super) fn new(fs: Arc<dyn Fs>, layout: Layout) -> Self {
-        Self {
-            fs,
-            layout: Arc::new(layout),
-        }
+        Self { fs, layout: Arc::new(layout) }
     }
 
     fn cgroup(&self, name: &str) -> V1Cgroup {
-        V1Cgroup {
-            fs: Arc::clone(&self.fs),
-            layout: Arc::clone(&self.layout),
-            name: name.to_owned(),
-        }
+        V1Cgroup { fs: Arc::clone(&self.fs), layout: Arc::clone(&self.layout), name: name.to_owned() }
     }
 }
 
@@ -103,12 +84,7 @@ impl CgroupDriver for V1Driver {
         Version::V1
     }
 
-    fn create(
-        &self,
-        name: &str,
-        limits: &Limits,
-        owner_uid: u32,
-    ) -> Result<Box<dyn Cgroup>, CgroupError> {
+    fn create(&self, name: &str, limits: &Limits, owner_uid: u32) -> Result<Box<dyn Cgroup>, CgroupError> {
         validate_name(name)?;
         limits.validate()?;
         let cgroup = self.cgroup(name);
@@ -129,11 +105,7 @@ impl CgroupDriver for V1Driver {
     fn open(&self, name: &str) -> Result<Option<Box<dyn Cgroup>>, CgroupError> {
         validate_name(name)?;
         let cgroup = self.cgroup(name);
-        let exists = self
-            .layout
-            .hierarchies()
-            .into_iter()
-            .any(|h| cgroup.dir(h).is_dir());
+        let exists = self.layout.hierarchies().into_iter().any(|h| cgroup.dir(h).is_dir());
         Ok(exists.then(|| Box::new(cgroup) as Box<dyn Cgroup>))
     }
 
@@ -159,11 +131,7 @@ impl V1Cgroup {
     }
 
     fn dirs(&self) -> Vec<PathBuf> {
-        self.layout
-            .hierarchies()
-            .into_iter()
-            .map(|h| self.dir(h))
-            .collect()
+        self.layout.hierarchies().into_iter().map(|h| self.dir(h)).collect()
     }
 }
 
@@ -205,12 +173,7 @@ impl Cgroup for V1Cgroup {
     fn kill_all(&self) -> Result<usize, CgroupError> {
         // A process is in one cgroup per hierarchy; all are searched in case one was only
         // partly joined. The freezer, if any, stops the whole sandbox while we signal.
-        let freezer = self
-            .layout
-            .freezer
-            .as_ref()
-            .map(|f| self.dir(f))
-            .filter(|d| d.is_dir());
+        let freezer = self.layout.freezer.as_ref().map(|f| self.dir(f)).filter(|d| d.is_dir());
         let stop = freezer.as_deref().map_or(Stop::None, Stop::V1Freezer);
         tree::kill(&*self.fs, &self.dirs(), stop)
     }
@@ -277,10 +240,7 @@ mod tests {
         let freezer = dir(&fake, "freezer", "sb1");
         assert_eq!(fake.chowned(), [(freezer.clone(), 1234)]);
         assert_eq!(cgroup.command_parent(), (freezer, KillMethod::V1Freezer));
-        let expected: Vec<PathBuf> = USED
-            .iter()
-            .map(|h| dir(&fake, h, "sb1").join("cgroup.procs"))
-            .collect();
+        let expected: Vec<PathBuf> = USED.iter().map(|h| dir(&fake, h, "sb1").join("cgroup.procs")).collect();
         assert_eq!(cgroup.procs_files(), expected);
         for p in &expected {
             assert!(p.is_file(), "{}", p.display());
@@ -290,28 +250,16 @@ mod tests {
 
     #[test]
     fn without_swap_accounting_memsw_is_skipped() {
-        let (_tmp, fake) = setup(Opts {
-            swap: false,
-            ..Opts::default()
-        });
+        let (_tmp, fake) = setup(Opts { swap: false, ..Opts::default() });
         driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
         let mem = dir(&fake, "memory", "sb1");
-        assert_eq!(
-            read(mem.join("memory.limit_in_bytes")),
-            (64 * MIB).to_string()
-        );
-        assert!(!fake
-            .writes()
-            .iter()
-            .any(|(p, _)| p.ends_with("memory.memsw.limit_in_bytes")));
+        assert_eq!(read(mem.join("memory.limit_in_bytes")), (64 * MIB).to_string());
+        assert!(!fake.writes().iter().any(|(p, _)| p.ends_with("memory.memsw.limit_in_bytes")));
     }
 
     #[test]
     fn without_freezer_the_pids_cgroup_is_the_command_parent() {
-        let (_tmp, fake) = setup(Opts {
-            freezer: false,
-            ..Opts::default()
-        });
+        let (_tmp, fake) = setup(Opts { freezer: false, ..Opts::default() });
         let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
         let pids = dir(&fake, "pids", "sb1");
         assert_eq!(cgroup.command_parent(), (pids.clone(), KillMethod::V1Pids));
@@ -328,26 +276,16 @@ mod tests {
         let memsw = mem.join("memory.memsw.limit_in_bytes");
 
         // The fake, like the kernel, refuses memsw < limit, so a wrong order fails here.
-        let raised = Limits {
-            memory_bytes: 128 * MIB,
-            cpu_quota: 2.0,
-            pids: 64,
-        };
+        let raised = Limits { memory_bytes: 128 * MIB, cpu_quota: 2.0, pids: 64 };
         cgroup.set_limits(&raised).unwrap();
         let value = (128 * MIB).to_string();
         assert!(fake.write_index(&memsw, &value) < fake.write_index(&limit, &value));
         assert_eq!(read(&limit), value);
         assert_eq!(read(&memsw), value);
-        assert_eq!(
-            read(dir(&fake, "cpu", "sb1").join("cpu.cfs_quota_us")),
-            "200000"
-        );
+        assert_eq!(read(dir(&fake, "cpu", "sb1").join("cpu.cfs_quota_us")), "200000");
         assert_eq!(read(dir(&fake, "pids", "sb1").join("pids.max")), "64");
 
-        let lowered = Limits {
-            memory_bytes: 32 * MIB,
-            ..raised
-        };
+        let lowered = Limits { memory_bytes: 32 * MIB, ..raised };
         cgroup.set_limits(&lowered).unwrap();
         let value = (32 * MIB).to_string();
         assert!(fake.write_index(&limit, &value) < fake.write_index(&memsw, &value));
@@ -362,9 +300,9 @@ mod tests {
             fake.fail_on(failing);
             let err = d.create("sb1", &LIMITS, 1234).err().unwrap();
             let path = match &err {
-                CgroupError::Write { path, .. }
-                | CgroupError::Mkdir { path, .. }
-                | CgroupError::Chown { path, .. } => path.clone(),
+                CgroupError::Write { path, .. } | CgroupError::Mkdir { path, .. } | CgroupError::Chown { path, .. } => {
+                    path.clone()
+                }
                 other => panic!("{other:?}"),
             };
             assert!(path.ends_with(failing), "{err:?}");
@@ -383,17 +321,8 @@ mod tests {
         let d = driver(&fake);
         d.create("sb1", &LIMITS, 1234).unwrap();
         let err = d.create("sb1", &LIMITS, 1234).err().unwrap();
-        assert!(
-            matches!(&err, CgroupError::AlreadyExists { path } if *path == dir(&fake, "memory", "sb1")),
-            "{err:?}"
-        );
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "cgroup {} already exists",
-                dir(&fake, "memory", "sb1").display()
-            )
-        );
+        assert!(matches!(&err, CgroupError::AlreadyExists { path } if *path == dir(&fake, "memory", "sb1")), "{err:?}");
+        assert_eq!(err.to_string(), format!("cgroup {} already exists", dir(&fake, "memory", "sb1").display()));
         for h in USED {
             assert!(dir(&fake, h, "sb1").is_dir());
         }
@@ -416,10 +345,7 @@ mod tests {
         assert_eq!(a.name(), "a");
         assert_eq!(a.command_parent().0, dir(&fake, "freezer", "a"));
         assert!(d.open("c").unwrap().is_none());
-        assert!(matches!(
-            d.open("../a").err(),
-            Some(CgroupError::InvalidName { .. })
-        ));
+        assert!(matches!(d.open("../a").err(), Some(CgroupError::InvalidName { .. })));
 
         d.open("leak").unwrap().unwrap().destroy().unwrap();
         a.destroy().unwrap();
@@ -436,15 +362,9 @@ mod tests {
         let pids = dir(&fake, "pids", "sb1");
         fake.add_proc(&pids, 4242);
         let err = cgroup.destroy().unwrap_err();
-        assert!(
-            matches!(&err, CgroupError::NotEmpty { path, remaining: 1 } if *path == pids),
-            "{err:?}"
-        );
+        assert!(matches!(&err, CgroupError::NotEmpty { path, remaining: 1 } if *path == pids), "{err:?}");
         for h in USED {
-            assert!(
-                dir(&fake, h, "sb1").is_dir(),
-                "{h} removed despite the error"
-            );
+            assert!(dir(&fake, h, "sb1").is_dir(), "{h} removed despite the error");
         }
     }
 
@@ -493,11 +413,7 @@ mod tests {
         };
         put("memory", "memory.usage_in_bytes", "4096\n");
         put("memory", "memory.max_usage_in_bytes", "8192\n");
-        put(
-            "memory",
-            "memory.oom_control",
-            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
-        );
+        put("memory", "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
         put("cpuacct", "cpuacct.usage", "5000000\n");
         put("pids", "pids.current", "2\n");
         let stats = cgroup.stats().unwrap();
@@ -510,9 +426,6 @@ mod tests {
         put("pids", "pids.current", "lots\n");
         let err = cgroup.stats().unwrap_err();
         let expected: &Path = &dir(&fake, "pids", "sb1").join("pids.current");
-        assert!(
-            matches!(&err, CgroupError::Parse { path, .. } if path == expected),
-            "{err:?}"
-        );
+        assert!(matches!(&err, CgroupError::Parse { path, .. } if path == expected), "{err:?}");
     }
 }

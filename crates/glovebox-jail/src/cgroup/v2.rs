@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::fs::{self, Fs};
 use super::tree::{self, Stop};
 use super::{
-    cpu, fail_closed, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError,
-    KillMethod, Limits, Stats, Version, PARENT, PROCS,
+    cpu, fail_closed, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod, Limits,
+    Stats, Version, PARENT, PROCS,
 };
 
 const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
@@ -31,29 +31,19 @@ impl V2Driver {
         let available = fs::read(&path)?;
         let missing = missing(&available);
         if !missing.is_empty() {
-            return Err(CgroupError::MissingControllers {
-                path: root,
-                missing: missing.join(" "),
-            });
+            return Err(CgroupError::MissingControllers { path: root, missing: missing.join(" ") });
         }
         Ok(Self { fs, root })
     }
 
     fn cgroup(&self, name: &str) -> V2Cgroup {
-        V2Cgroup {
-            fs: Arc::clone(&self.fs),
-            dir: self.root.join(PARENT).join(name),
-            name: name.to_owned(),
-        }
+        V2Cgroup { fs: Arc::clone(&self.fs), dir: self.root.join(PARENT).join(name), name: name.to_owned() }
     }
 }
 
 fn missing(list: &str) -> Vec<&'static str> {
     let have: Vec<&str> = list.split_whitespace().collect();
-    CONTROLLERS
-        .into_iter()
-        .filter(|c| !have.contains(c))
-        .collect()
+    CONTROLLERS.into_iter().filter(|c| !have.contains(c)).collect()
 }
 
 /// Enables our controllers for `dir`'s children, writing only what is missing (concurrent
@@ -74,12 +64,7 @@ impl CgroupDriver for V2Driver {
         Version::V2
     }
 
-    fn create(
-        &self,
-        name: &str,
-        limits: &Limits,
-        owner_uid: u32,
-    ) -> Result<Box<dyn Cgroup>, CgroupError> {
+    fn create(&self, name: &str, limits: &Limits, owner_uid: u32) -> Result<Box<dyn Cgroup>, CgroupError> {
         validate_name(name)?;
         limits.validate()?;
         let fs = &*self.fs;
@@ -104,10 +89,7 @@ impl CgroupDriver for V2Driver {
     fn open(&self, name: &str) -> Result<Option<Box<dyn Cgroup>>, CgroupError> {
         validate_name(name)?;
         let cgroup = self.cgroup(name);
-        Ok(cgroup
-            .dir
-            .is_dir()
-            .then(|| Box::new(cgroup) as Box<dyn Cgroup>))
+        Ok(cgroup.dir.is_dir().then(|| Box::new(cgroup) as Box<dyn Cgroup>))
     }
 
     fn list(&self) -> Result<Vec<String>, CgroupError> {
@@ -157,11 +139,7 @@ impl Cgroup for V2Cgroup {
     }
 
     fn kill_all(&self) -> Result<usize, CgroupError> {
-        tree::kill(
-            &*self.fs,
-            std::slice::from_ref(&self.dir),
-            Stop::V2(&self.dir),
-        )
+        tree::kill(&*self.fs, std::slice::from_ref(&self.dir), Stop::V2(&self.dir))
     }
 
     fn destroy(&self) -> Result<(), CgroupError> {
@@ -198,14 +176,8 @@ mod tests {
         let cgroup = d.create("sb1", &LIMITS, 1234).unwrap();
         let sb = dir(&fake, "sb1");
 
-        assert_eq!(
-            read(fake.root.join("cgroup.subtree_control")),
-            "memory pids cpu"
-        );
-        assert_eq!(
-            read(fake.root.join("glovebox/cgroup.subtree_control")),
-            "memory pids cpu"
-        );
+        assert_eq!(read(fake.root.join("cgroup.subtree_control")), "memory pids cpu");
+        assert_eq!(read(fake.root.join("glovebox/cgroup.subtree_control")), "memory pids cpu");
         // Left empty so the agent can live in the sandbox cgroup and still make children.
         assert_eq!(read(sb.join("cgroup.subtree_control")), "");
         assert_eq!(read(sb.join("memory.max")), (64 * MIB).to_string());
@@ -213,15 +185,11 @@ mod tests {
         assert_eq!(read(sb.join("pids.max")), "16");
         assert_eq!(read(sb.join("cpu.max")), "50000 100000");
 
-        let delegated: Vec<(PathBuf, u32)> = [
-            sb.clone(),
-            sb.join("cgroup.procs"),
-            sb.join("cgroup.threads"),
-            sb.join("cgroup.subtree_control"),
-        ]
-        .into_iter()
-        .map(|p| (p, 1234))
-        .collect();
+        let delegated: Vec<(PathBuf, u32)> =
+            [sb.clone(), sb.join("cgroup.procs"), sb.join("cgroup.threads"), sb.join("cgroup.subtree_control")]
+                .into_iter()
+                .map(|p| (p, 1234))
+                .collect();
         assert_eq!(fake.chowned(), delegated);
         assert_eq!(cgroup.command_parent(), (sb.clone(), KillMethod::V2Kill));
         assert_eq!(cgroup.procs_files(), [sb.join("cgroup.procs")]);
@@ -229,10 +197,8 @@ mod tests {
         // Already enabled: not written again.
         let writes = fake.writes().len();
         d.create("sb2", &LIMITS, 1234).unwrap();
-        let subtree_writes = fake.writes()[writes..]
-            .iter()
-            .filter(|(p, _)| p.ends_with("cgroup.subtree_control"))
-            .count();
+        let subtree_writes =
+            fake.writes()[writes..].iter().filter(|(p, _)| p.ends_with("cgroup.subtree_control")).count();
         assert_eq!(subtree_writes, 0);
     }
 
@@ -242,30 +208,16 @@ mod tests {
         std::fs::write(fake.root.join("cgroup.subtree_control"), "cpu io memory").unwrap();
         driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
         let root_control = fake.root.join("cgroup.subtree_control");
-        assert_eq!(
-            fake.write_index(&root_control, "+pids"),
-            Some(0),
-            "{:?}",
-            fake.writes()
-        );
+        assert_eq!(fake.write_index(&root_control, "+pids"), Some(0), "{:?}", fake.writes());
         assert_eq!(read(&root_control), "cpu io memory pids");
     }
 
     #[test]
     fn without_swap_accounting_swap_max_is_skipped() {
-        let (_tmp, fake) = setup(Opts {
-            swap: false,
-            ..Opts::default()
-        });
+        let (_tmp, fake) = setup(Opts { swap: false, ..Opts::default() });
         driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
-        assert!(!fake
-            .writes()
-            .iter()
-            .any(|(p, _)| p.ends_with("memory.swap.max")));
-        assert_eq!(
-            read(dir(&fake, "sb1").join("memory.max")),
-            (64 * MIB).to_string()
-        );
+        assert!(!fake.writes().iter().any(|(p, _)| p.ends_with("memory.swap.max")));
+        assert_eq!(read(dir(&fake, "sb1").join("memory.max")), (64 * MIB).to_string());
     }
 
     #[test]
@@ -280,10 +232,7 @@ mod tests {
                 other => panic!("{other:?}"),
             };
             assert_eq!(path, dir(&fake, "sb1").join(failing));
-            assert!(
-                !dir(&fake, "sb1").exists(),
-                "{failing}: sandbox left behind"
-            );
+            assert!(!dir(&fake, "sb1").exists(), "{failing}: sandbox left behind");
             assert!(fake.root.join("glovebox").is_dir());
             assert!(d.list().unwrap().is_empty());
             assert!(d.open("sb1").unwrap().is_none());
@@ -305,10 +254,7 @@ mod tests {
         fake.mkdir(&child).unwrap();
         fake.add_proc(&child, 5);
         let err = x.destroy().unwrap_err();
-        assert!(
-            matches!(err, CgroupError::NotEmpty { remaining: 1, .. }),
-            "{err:?}"
-        );
+        assert!(matches!(err, CgroupError::NotEmpty { remaining: 1, .. }), "{err:?}");
         assert_eq!(x.kill_all().unwrap(), 1);
         x.destroy().unwrap();
         assert!(!dir(&fake, "x").exists());
@@ -327,18 +273,12 @@ mod tests {
         assert_eq!(cgroup.kill_all().unwrap(), 2);
         assert!(fake.write_index(&sb.join("cgroup.kill"), "1").is_some());
         assert!(!fake.ops().iter().any(|op| matches!(op, Op::Kill(_))));
-        assert!(!fake
-            .writes()
-            .iter()
-            .any(|(p, _)| p.ends_with("cgroup.freeze")));
+        assert!(!fake.writes().iter().any(|(p, _)| p.ends_with("cgroup.freeze")));
     }
 
     #[test]
     fn kill_all_freezes_where_cgroup_kill_is_missing() {
-        let (_tmp, fake) = setup(Opts {
-            cgroup_kill: false,
-            ..Opts::default()
-        });
+        let (_tmp, fake) = setup(Opts { cgroup_kill: false, ..Opts::default() });
         let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
         let sb = dir(&fake, "sb1");
         let child = sb.join("cmd-1");
@@ -366,14 +306,8 @@ mod tests {
         let put = |file: &str, value: &str| std::fs::write(sb.join(file), value).unwrap();
         put("memory.current", "4096\n");
         put("memory.peak", "8192\n");
-        put(
-            "memory.events",
-            "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\noom_group_kill 0\n",
-        );
-        put(
-            "cpu.stat",
-            "usage_usec 777\nuser_usec 700\nsystem_usec 77\n",
-        );
+        put("memory.events", "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\noom_group_kill 0\n");
+        put("cpu.stat", "usage_usec 777\nuser_usec 700\nsystem_usec 77\n");
         put("pids.current", "3\n");
         let stats = cgroup.stats().unwrap();
         assert_eq!(stats.memory_current_bytes, 4096);
@@ -391,11 +325,7 @@ mod tests {
     fn set_limits_rewrites_every_controller() {
         let (_tmp, fake) = setup(Opts::default());
         let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
-        let limits = Limits {
-            memory_bytes: 256 * MIB,
-            cpu_quota: 1.5,
-            pids: 100,
-        };
+        let limits = Limits { memory_bytes: 256 * MIB, cpu_quota: 1.5, pids: 100 };
         cgroup.set_limits(&limits).unwrap();
         let sb = dir(&fake, "sb1");
         assert_eq!(read(sb.join("memory.max")), (256 * MIB).to_string());
