@@ -31,7 +31,11 @@ const GONE_MEMORY: usize = 10_000;
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Persistent state (the API key; later the store and templates).
     pub data_dir: PathBuf,
+    /// Runtime state on a tmpfs: sandboxes' private dirs and sockets, uid slots, the base
+    /// skeleton. Shared by every Glovebox process on the host (uid ranges are host-wide).
+    pub run_dir: PathBuf,
     /// The `glovebox-agent` binary (the jailer and PID 1 of every sandbox).
     pub agent_exe: PathBuf,
     pub cgroup_root: PathBuf,
@@ -40,8 +44,47 @@ pub struct Config {
 
 impl Config {
     pub fn new(data_dir: PathBuf, agent_exe: PathBuf) -> Config {
-        Config { data_dir, agent_exe, cgroup_root: PathBuf::from("/sys/fs/cgroup"), defaults: Limits::default() }
+        Config {
+            data_dir,
+            run_dir: default_run_dir(),
+            agent_exe,
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            defaults: Limits::default(),
+        }
     }
+}
+
+/// `/run/glovebox` where `/run` is a tmpfs (systemd hosts), else `/dev/shm/glovebox`:
+/// runtime state must not sit on a disk (metadata operations on one cost milliseconds).
+pub fn default_run_dir() -> PathBuf {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    if let Some(d) = std::env::var_os("GLOVEBOX_RUN_DIR") {
+        return PathBuf::from(d);
+    }
+    match rustix::fs::statfs("/run") {
+        Ok(s) if s.f_type as u64 == TMPFS_MAGIC => PathBuf::from("/run/glovebox"),
+        _ => PathBuf::from("/dev/shm/glovebox"),
+    }
+}
+
+/// Creates (or checks) the runtime dir: a real directory owned by root and writable by
+/// root alone, so nobody else on the host can plant links in it (its parent may be a
+/// world-writable sticky dir such as /dev/shm).
+fn prepare_run_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::Internal(format!("create run dir {}: {e}", dir.display()))),
+    }
+    let md = fs::symlink_metadata(dir).map_err(internal("stat run dir"))?;
+    if !md.is_dir() || md.uid() != 0 || md.mode() & 0o022 != 0 {
+        return Err(Error::Internal(format!(
+            "run dir {} must be a directory owned by root and not group/world writable",
+            dir.display()
+        )));
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o711)).map_err(internal("chmod run dir"))
 }
 
 pub struct Manager {
@@ -63,6 +106,8 @@ pub struct Sb {
     pub env: BTreeMap<String, String>,
     pub network: NetworkPolicy,
     pub pid: i32,
+    /// A pidfd of the agent (PID 1): signals and waits cannot hit a recycled pid.
+    pidfd: Option<std::os::fd::OwnedFd>,
     socket: PathBuf,
     dir: PathBuf,
     cgroup: Box<dyn Cgroup>,
@@ -116,19 +161,22 @@ impl Manager {
         if !cfg.agent_exe.is_file() {
             return Err(Error::Internal(format!("agent binary not found at {}", cfg.agent_exe.display())));
         }
-        for d in [&cfg.data_dir, &cfg.data_dir.join("sandboxes"), &cfg.data_dir.join("base")] {
+        fs::create_dir_all(&cfg.data_dir).map_err(internal("create data dir"))?;
+        fs::set_permissions(&cfg.data_dir, fs::Permissions::from_mode(0o700)).map_err(internal("chmod data dir"))?;
+        prepare_run_dir(&cfg.run_dir)?;
+        for d in [&cfg.run_dir.join("sandboxes"), &cfg.run_dir.join("base")] {
             fs::create_dir_all(d).map_err(internal("create data dir"))?;
             // Traversable, not listable: the sandbox's PID 1 (an unprivileged host uid) walks
             // through here to its own mount point once; nothing here is readable to it.
             fs::set_permissions(d, fs::Permissions::from_mode(0o711)).map_err(internal("chmod data dir"))?;
         }
-        let slots = Slots::new(&cfg.data_dir.join("slots")).map_err(internal("slots dir"))?;
-        fs::set_permissions(cfg.data_dir.join("slots"), fs::Permissions::from_mode(0o700))
+        let slots = Slots::new(&cfg.run_dir.join("slots")).map_err(internal("slots dir"))?;
+        fs::set_permissions(cfg.run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
         let cgroups = cgroup::detect(&cfg.cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
         // Each process sharing the data dir gets its own skeleton copy, so one daemon's
         // start never replaces the tree under another's running sandboxes.
-        let skel = cfg.data_dir.join("base").join(format!("host-{}", std::process::id()));
+        let skel = cfg.run_dir.join("base").join(format!("host-{}", std::process::id()));
         glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
         // Orphans reparent to us, so the agents we start stay our children to reap.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
@@ -152,7 +200,7 @@ impl Manager {
     /// processes, removes their cgroups and directories. Sandboxes of other live processes
     /// sharing the data dir are left alone.
     fn reconcile(&self) {
-        let dir = self.cfg.data_dir.join("sandboxes");
+        let dir = self.cfg.run_dir.join("sandboxes");
         let Ok(entries) = fs::read_dir(&dir) else { return };
         for e in entries.flatten() {
             let id = e.file_name().to_string_lossy().into_owned();
@@ -190,7 +238,7 @@ impl Manager {
             }
         }
         // Skeletons of processes that are gone.
-        if let Ok(entries) = fs::read_dir(self.cfg.data_dir.join("base")) {
+        if let Ok(entries) = fs::read_dir(self.cfg.run_dir.join("base")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if let Some(pid) =
@@ -306,7 +354,7 @@ impl Manager {
     /// Blocking part of create: slot, directory, cgroups, jail. Undoes all of it on failure.
     fn start(&self, id: &str, template: String, limits: Limits, timeout_s: u64, req: CreateSandbox) -> Result<Sb> {
         let slot = self.slots.take(id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
-        let dir = self.cfg.data_dir.join("sandboxes").join(id);
+        let dir = self.cfg.run_dir.join("sandboxes").join(id);
         let undo_dir = |d: &Path| {
             let _ = fs::remove_dir_all(d);
         };
@@ -359,6 +407,8 @@ impl Manager {
                 return Err(e);
             }
         };
+        let pidfd = rustix::process::Pid::from_raw(pid)
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
         let now = SystemTime::now();
         let life = Duration::from_secs(timeout_s);
         Ok(Sb {
@@ -370,6 +420,7 @@ impl Manager {
             env: req.env,
             network: req.network,
             pid,
+            pidfd,
             socket,
             dir,
             cgroup: cg,
@@ -383,15 +434,13 @@ impl Manager {
     fn watch(self: &Arc<Self>, sb: Arc<Sb>) {
         let this = self.clone();
         tokio::spawn(async move {
-            let pidfd = rustix::process::Pid::from_raw(sb.pid)
-                .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
-                .and_then(|fd| {
-                    // `new` is deprecated for fds whose owner could close them underneath the
-                    // reactor; this one is an OwnedFd moved in, so that cannot happen.
-                    #[allow(deprecated)]
-                    let r = tokio::io::unix::AsyncFd::new(fd).ok();
-                    r
-                });
+            let pidfd = sb.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()).and_then(|fd| {
+                // `new` is deprecated for fds whose owner could close them underneath the
+                // reactor; this one is an OwnedFd moved in, so that cannot happen.
+                #[allow(deprecated)]
+                let r = tokio::io::unix::AsyncFd::new(fd).ok();
+                r
+            });
             let died = async {
                 match &pidfd {
                     Some(fd) => {
@@ -480,15 +529,29 @@ impl Manager {
     }
 }
 
+/// Kills and releases everything of a sandbox. Killing PID 1 of its pid namespace makes
+/// the kernel kill every other process in it, and PID 1's exit completes only once they are
+/// all gone, so reaping it is the proof; the cgroup kill is the fallback for anything odd
+/// (e.g. the agent was not our child after a restart).
 fn teardown(sb: &Sb) -> std::result::Result<(), String> {
-    let killed = sb.cgroup.kill_all().map_err(|e| format!("kill: {e}"));
-    // The agent is our child (subreaper): reap it so no zombie remains.
-    if let Some(p) = rustix::process::Pid::from_raw(sb.pid) {
-        let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG);
+    use rustix::process::{pidfd_send_signal, waitid, Signal, WaitId, WaitIdOptions};
+    let mut reaped = false;
+    if let Some(fd) = &sb.pidfd {
+        let _ = pidfd_send_signal(fd, Signal::KILL);
+        reaped = waitid(WaitId::PidFd(std::os::fd::AsFd::as_fd(fd)), WaitIdOptions::EXITED).is_ok();
     }
-    let destroyed = sb.cgroup.destroy().map_err(|e| format!("cgroup: {e}"));
+    let destroyed = match sb.cgroup.destroy() {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            if !reaped {
+                tracing::debug!(sandbox = %sb.id, "agent not reaped; killing the cgroup");
+            }
+            let killed = sb.cgroup.kill_all().map(drop).map_err(|e| format!("kill: {e}"));
+            killed.and(sb.cgroup.destroy().map_err(|e| format!("cgroup: {e}")))
+        }
+    };
     let _ = fs::remove_dir_all(&sb.dir);
-    killed.and(destroyed).map(drop)
+    destroyed
 }
 
 /// Maps an agent `Reply::Error` to the manager's error.

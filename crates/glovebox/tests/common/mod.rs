@@ -1,0 +1,746 @@
+//! Harness for the end-to-end and privileged tests: a real `glovebox serve` on a loopback
+//! port with its own data directory, an HTTP helper, CLI helpers, bounded child processes,
+//! and a leak check that fails the test when a sandbox left anything behind on the host.
+//!
+//! Rules every test here follows (STYLE.md, "Tests, in layers"):
+//! - nothing waits without a deadline: children are polled with `try_wait` and killed on
+//!   expiry, HTTP calls carry timeouts, conditions are polled;
+//! - every daemon ends with [`Daemon::shutdown_and_check_leaks`], which panics on a leak;
+//!   `Drop` only cleans up (a panic in `Drop` during unwinding would abort);
+//! - nothing touches the network beyond loopback and namespaces the test creates.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// First host uid handed to sandboxes and the size of each sandbox's range (see
+/// `glovebox_daemon::slots`); all sandbox uids are in `[1 << 30, 1 << 31)`.
+pub const UID_BASE: u32 = 1 << 30;
+pub const UID_RANGE: u32 = 65_536;
+
+pub fn glovebox_bin() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_glovebox"));
+    let agent = bin.with_file_name("glovebox-agent");
+    assert!(
+        agent.is_file(),
+        "{} is missing: build the workspace first (`cargo build` or `cargo test --workspace`)",
+        agent.display()
+    );
+    bin
+}
+
+/// Whether we can run privileged tests. CI runs as root, so there they always run; a
+/// non-root developer gets a loud skip instead of a confusing failure.
+pub fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// Skips (returns from) a test when not root; never skips as root.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !$crate::common::is_root() {
+            eprintln!("SKIPPED: needs root (CI runs these as root)");
+            return;
+        }
+    };
+}
+
+/// A random lowercase token, from the kernel's randomness (no extra crates).
+pub fn rand_token(len: usize) -> String {
+    let mut buf = vec![0u8; len];
+    fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).expect("read /dev/urandom");
+    buf.iter().map(|b| (b"abcdefghijklmnopqrstuvwxyz0123456789"[(*b % 36) as usize]) as char).collect()
+}
+
+/// A temp directory whose path every sandbox uid may traverse (not list): sandboxes' PID 1
+/// walks through the data directory's ancestors to reach its mount point.
+pub fn traversable_tempdir(prefix: &str) -> tempfile::TempDir {
+    let t = tempfile::Builder::new().prefix(prefix).tempdir().expect("tempdir");
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o711)).expect("chmod tempdir");
+    t
+}
+
+// ---------------------------------------------------------------------------------------
+// Bounded child processes
+// ---------------------------------------------------------------------------------------
+
+/// What a finished child process left.
+#[derive(Debug)]
+pub struct Outcome {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+fn reader<R: Read + Send + 'static>(r: Option<R>) -> Option<JoinHandle<Vec<u8>>> {
+    r.map(|mut r| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    })
+}
+
+/// Runs `cmd` with `stdin` (or /dev/null), capturing output; kills it and panics if it is
+/// still running after `timeout`.
+pub fn run_bounded(cmd: &mut Command, stdin: Option<&[u8]>, timeout: Duration) -> Outcome {
+    let start = Instant::now();
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let writer = match (stdin, child.stdin.take()) {
+        (Some(data), Some(mut w)) => {
+            let data = data.to_vec();
+            Some(std::thread::spawn(move || {
+                let _ = w.write_all(&data);
+            }))
+        }
+        _ => None,
+    };
+    let out = reader(child.stdout.take());
+    let err = reader(child.stderr.take());
+    let status = wait_bounded(&mut child, timeout).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        let e = err.and_then(|h| h.join().ok()).unwrap_or_default();
+        panic!("{cmd:?} still running after {timeout:?}; killed. stderr:\n{}", String::from_utf8_lossy(&e));
+    });
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    Outcome {
+        status,
+        stdout: out.and_then(|h| h.join().ok()).unwrap_or_default(),
+        stderr: err.and_then(|h| h.join().ok()).unwrap_or_default(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Polls `child` until it exits or `timeout` passes (then `None`; the child keeps running).
+pub fn wait_bounded(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() >= deadline => return None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("wait: {e}"),
+        }
+    }
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn poll<T>(timeout: Duration, every: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    // `kill(1)`: the workspace forbids `unsafe`, so no libc::kill here.
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).stderr(Stdio::null()).status();
+}
+
+// ---------------------------------------------------------------------------------------
+// Host-side facts about processes
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub comm: String,
+    pub uid: u32,
+    pub ppid: u32,
+}
+
+pub fn processes() -> Vec<ProcInfo> {
+    let mut v = Vec::new();
+    let Ok(rd) = fs::read_dir("/proc") else { return v };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(status) = fs::read_to_string(e.path().join("status")) else { continue };
+        let field = |name: &str| {
+            status.lines().find_map(|l| l.strip_prefix(name)).map(|r| r.trim().to_string()).unwrap_or_default()
+        };
+        let uid = field("Uid:").split_whitespace().next().and_then(|u| u.parse().ok()).unwrap_or(0);
+        let ppid = field("PPid:").parse().unwrap_or(0);
+        if field("State:").starts_with('Z') {
+            continue; // a zombie holds nothing but its pid; its parent reaps it
+        }
+        v.push(ProcInfo { pid, comm: field("Name:"), uid, ppid });
+    }
+    v
+}
+
+/// Host processes running as a sandbox uid (any sandbox, any daemon).
+pub fn sandbox_uid_processes() -> Vec<ProcInfo> {
+    processes().into_iter().filter(|p| (UID_BASE..(1u32 << 31)).contains(&p.uid)).collect()
+}
+
+/// Processes whose mount table mentions `needle` (a sandbox's mounts name its data dir).
+pub fn processes_mounting(needle: &str) -> Vec<ProcInfo> {
+    processes()
+        .into_iter()
+        .filter(|p| fs::read_to_string(format!("/proc/{}/mountinfo", p.pid)).is_ok_and(|m| m.contains(needle)))
+        .collect()
+}
+
+/// The cgroup directories of sandbox `id` that exist (v1: one per hierarchy; v2: one).
+pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    let mut found = Vec::new();
+    let mut bases = vec![root.to_path_buf()];
+    if let Ok(rd) = fs::read_dir(root) {
+        bases.extend(rd.flatten().map(|e| e.path()));
+    }
+    for b in bases {
+        let d = b.join("glovebox").join(id);
+        if d.is_dir() {
+            found.push(d);
+        }
+    }
+    found
+}
+
+/// Host processes in `range` = (first uid, count).
+pub fn processes_in_range(range: (u32, u32)) -> Vec<ProcInfo> {
+    processes().into_iter().filter(|p| p.uid >= range.0 && p.uid < range.0 + range.1).collect()
+}
+
+/// Sandbox ids named in a daemon log (`sandbox=<id>`).
+pub fn ids_in_log(log: &str) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    for (i, _) in log.match_indices("sandbox=") {
+        let id: String = log[i + 8..].chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        if !id.is_empty() {
+            ids.insert(id);
+        }
+    }
+    ids
+}
+
+/// Everything a data directory's sandboxes may have left on the host; empty when clean.
+/// `ids`: every sandbox id known to have been created there; `ranges`: their uid ranges.
+pub fn leaks(data_dir: &Path, ids: &BTreeSet<String>, ranges: &[(u32, u32)]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let dd = data_dir.to_string_lossy().into_owned();
+    if let Ok(rd) = fs::read_dir(data_dir.join("sandboxes")) {
+        for e in rd.flatten() {
+            problems.push(format!("sandbox directory left: {}", e.path().display()));
+        }
+    }
+    if let Ok(rd) = fs::read_dir(data_dir.join("slots")) {
+        for e in rd.flatten() {
+            let content = fs::read_to_string(e.path()).unwrap_or_default();
+            problems.push(format!("uid slot left: {} ({content:?})", e.path().display()));
+        }
+    }
+    for id in ids {
+        for d in cgroup_dirs(id) {
+            problems.push(format!("cgroup left: {}", d.display()));
+        }
+    }
+    for p in processes_mounting(&dd) {
+        problems.push(format!("process left in a sandbox mount namespace: {p:?}"));
+    }
+    for r in ranges {
+        for p in processes_in_range(*r) {
+            problems.push(format!("process left with a sandbox uid: {p:?}"));
+        }
+    }
+    if fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&dd)) {
+        problems.push(format!("host mount left under {dd}"));
+    }
+    problems
+}
+
+/// Polls [`leaks`] for a few seconds (killed processes take a moment to disappear), then
+/// panics with every leak found.
+pub fn assert_no_leaks(data_dir: &Path, ids: &BTreeSet<String>, ranges: &[(u32, u32)]) {
+    let mut last = Vec::new();
+    let clean = poll(Duration::from_secs(5), Duration::from_millis(50), || {
+        last = leaks(data_dir, ids, ranges);
+        last.is_empty().then_some(())
+    });
+    assert!(clean.is_some(), "leaks after the daemon ended (sandboxes {ids:?}):\n  {}", last.join("\n  "));
+}
+
+// ---------------------------------------------------------------------------------------
+// The daemon
+// ---------------------------------------------------------------------------------------
+
+/// A `glovebox serve` of our own.
+pub struct Daemon {
+    pub url: String,
+    pub key: String,
+    /// The value of `GLOVEBOX_TEST_CANARY` in the daemon's environment.
+    pub canary: String,
+    pub data_dir: PathBuf,
+    child: Option<Child>,
+    log_path: PathBuf,
+    /// Holds the data directory; `logs` holds daemon logs (outside the data dir).
+    dir: Option<tempfile::TempDir>,
+    logs: tempfile::TempDir,
+    http: reqwest::blocking::Client,
+    ids: Mutex<BTreeSet<String>>,
+    ranges: Mutex<Vec<(u32, u32)>>,
+    /// Logs of earlier daemons on the same data dir (after a restart).
+    old_logs: Vec<PathBuf>,
+}
+
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Daemon {
+    pub fn start() -> Daemon {
+        let dir = traversable_tempdir("gbtest-data-");
+        let logs = tempfile::Builder::new().prefix("gbtest-logs-").tempdir().expect("tempdir");
+        Daemon::spawn(dir, logs, Vec::new(), BTreeSet::new(), Vec::new())
+    }
+
+    fn spawn(
+        dir: tempfile::TempDir,
+        logs: tempfile::TempDir,
+        old_logs: Vec<PathBuf>,
+        ids: BTreeSet<String>,
+        ranges: Vec<(u32, u32)>,
+    ) -> Daemon {
+        let bin = glovebox_bin();
+        let key = format!("gbtest_{}", rand_token(32));
+        let canary = format!("canary-{}", rand_token(16));
+        let data_dir = dir.path().to_path_buf();
+        let http = reqwest::blocking::Client::builder().no_proxy().timeout(HTTP_TIMEOUT).build().expect("client");
+        // A free port can be taken by someone else between our probe and the daemon's bind;
+        // then the daemon exits with "cannot listen" and we try another.
+        for attempt in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+            let log_path = logs.path().join(format!("daemon-{}-{attempt}.log", old_logs.len()));
+            let log = fs::File::create(&log_path).expect("daemon log");
+            let mut child = Command::new(&bin)
+                .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+                .arg(&data_dir)
+                .args(["--api-key", &key])
+                .env_remove("GLOVEBOX_URL")
+                .env_remove("GLOVEBOX_API_KEY")
+                .env_remove("GLOVEBOX_DATA_DIR")
+                .env("GLOVEBOX_TEST_CANARY", &canary)
+                .env("GLOVEBOX_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log fd"))
+                .stderr(log)
+                .spawn()
+                .expect("spawn glovebox serve");
+            let url = format!("http://127.0.0.1:{port}");
+            let up = poll(Duration::from_secs(15), Duration::from_millis(20), || {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return Some(false);
+                }
+                let ok = http
+                    .get(format!("{url}/healthz"))
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .is_ok_and(|r| r.status().is_success());
+                ok.then_some(true)
+            });
+            let log_text = fs::read_to_string(&log_path).unwrap_or_default();
+            match up {
+                Some(true) => {
+                    return Daemon {
+                        url,
+                        key,
+                        canary,
+                        data_dir,
+                        child: Some(child),
+                        log_path,
+                        dir: Some(dir),
+                        logs,
+                        http,
+                        ids: Mutex::new(ids),
+                        ranges: Mutex::new(ranges),
+                        old_logs,
+                    };
+                }
+                Some(false) if log_text.contains("cannot listen") => continue,
+                Some(false) => panic!("glovebox serve exited at start:\n{log_text}"),
+                None => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("glovebox serve did not answer /healthz within 15 s:\n{log_text}");
+                }
+            }
+        }
+        panic!("could not find a free port for glovebox serve");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon running").id()
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Peak resident memory of the daemon process, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> u64 {
+        status_kib(self.pid(), "VmHWM:")
+    }
+
+    /// Current resident memory of the daemon process, in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        status_kib(self.pid(), "VmRSS:")
+    }
+
+    // --- HTTP -----------------------------------------------------------------------------
+
+    pub fn req(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
+        self.http.request(method, format!("{}{}", self.url, path)).bearer_auth(&self.key)
+    }
+
+    /// A request without credentials.
+    pub fn req_noauth(&self, method: reqwest::Method, path: &str) -> reqwest::blocking::RequestBuilder {
+        self.http.request(method, format!("{}{}", self.url, path))
+    }
+
+    /// Sends and returns (status, JSON body); an empty body is `Null`, a non-JSON body a
+    /// JSON string.
+    pub fn send(&self, rb: reqwest::blocking::RequestBuilder) -> (u16, Value) {
+        let resp = rb.send().expect("HTTP request to the daemon");
+        let status = resp.status().as_u16();
+        let text = resp.text().expect("read response body");
+        let v = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, v)
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.req(reqwest::Method::GET, path))
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send(self.req(reqwest::Method::POST, path).json(body))
+    }
+
+    pub fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(self.req(reqwest::Method::DELETE, path))
+    }
+
+    /// Creates a sandbox (asserting 201) and registers it for the leak check.
+    pub fn create(&self, body: Value) -> String {
+        let (st, v) = self.post("/v1/sandboxes", &body);
+        assert_eq!(st, 201, "create sandbox {body}: {v}");
+        let id = v["id"].as_str().expect("sandbox id").to_string();
+        self.register(&id);
+        id
+    }
+
+    /// Records `id` (and its uid range, read from the data dir's slot files).
+    pub fn register(&self, id: &str) {
+        self.ids.lock().unwrap().insert(id.to_string());
+        if let Ok(rd) = fs::read_dir(self.data_dir.join("slots")) {
+            for e in rd.flatten() {
+                if fs::read_to_string(e.path()).is_ok_and(|c| c.trim() == id) {
+                    let n: Option<u32> =
+                        e.file_name().to_str().and_then(|s| s.strip_suffix(".lock")).and_then(|s| s.parse().ok());
+                    if let Some(n) = n {
+                        self.ranges.lock().unwrap().push((UID_BASE + n * UID_RANGE, UID_RANGE));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The uid range of a registered sandbox, if it was found.
+    pub fn uid_range(&self, id: &str) -> Option<(u32, u32)> {
+        let rd = fs::read_dir(self.data_dir.join("slots")).ok()?;
+        for e in rd.flatten() {
+            if fs::read_to_string(e.path()).is_ok_and(|c| c.trim() == id) {
+                let n: u32 = e.file_name().to_str()?.strip_suffix(".lock")?.parse().ok()?;
+                return Some((UID_BASE + n * UID_RANGE, UID_RANGE));
+            }
+        }
+        None
+    }
+
+    /// Runs a command to completion (asserting 200) and returns the result.
+    pub fn exec(&self, id: &str, body: Value) -> Value {
+        let (st, v) = self.post(&format!("/v1/sandboxes/{id}/exec"), &body);
+        assert_eq!(st, 200, "exec {body}: {v}");
+        v
+    }
+
+    /// `sh -c script`; returns the result.
+    pub fn sh(&self, id: &str, script: &str) -> Value {
+        self.exec(id, json!({ "cmd": ["sh", "-c", script], "timeout_ms": 20_000 }))
+    }
+
+    /// `sh -c script` that must exit 0; returns its stdout.
+    pub fn sh_ok(&self, id: &str, script: &str) -> String {
+        let r = self.sh(id, script);
+        assert_eq!(r["exit_code"], 0, "{script}: {r}");
+        r["stdout"].as_str().unwrap_or_default().to_string()
+    }
+
+    // --- CLI ------------------------------------------------------------------------------
+
+    /// The `glovebox` command, pointed at this daemon.
+    pub fn cli(&self) -> Command {
+        let mut c = Command::new(glovebox_bin());
+        c.env("GLOVEBOX_URL", &self.url).env("GLOVEBOX_API_KEY", &self.key).env_remove("GLOVEBOX_DATA_DIR");
+        c
+    }
+
+    // --- lifecycle ------------------------------------------------------------------------
+
+    /// Every sandbox id this daemon (and earlier ones on the data dir) is known to have made.
+    pub fn known_ids(&self) -> BTreeSet<String> {
+        let mut ids = self.ids.lock().unwrap().clone();
+        ids.extend(ids_in_log(&self.log()));
+        for l in &self.old_logs {
+            ids.extend(ids_in_log(&fs::read_to_string(l).unwrap_or_default()));
+        }
+        if let Ok(rd) = fs::read_dir(self.data_dir.join("sandboxes")) {
+            ids.extend(rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()));
+        }
+        ids
+    }
+
+    /// SIGKILLs the daemon (a crash): its sandboxes are left running.
+    pub fn crash(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts a new daemon on the same data directory (after [`Daemon::crash`]).
+    pub fn restart(mut self) -> Daemon {
+        assert!(self.child.is_none(), "restart after crash() only");
+        let ids = self.known_ids();
+        let ranges = self.ranges.lock().unwrap().clone();
+        let mut old = std::mem::take(&mut self.old_logs);
+        old.push(self.log_path.clone());
+        let dir = self.dir.take().expect("data dir");
+        let logs = std::mem::replace(&mut self.logs, tempfile::tempdir().expect("tempdir"));
+        Daemon::spawn(dir, logs, old, ids, ranges)
+    }
+
+    /// Stops the daemon with SIGTERM (it must exit 0 within 20 s) and fails the test if any
+    /// sandbox left a cgroup, directory, uid slot, process or mount behind.
+    pub fn shutdown_and_check_leaks(mut self) {
+        if self.child.is_some() {
+            // Sandboxes still live go down with the daemon; make sure we know their ids.
+            let (st, v) = self.get("/v1/sandboxes");
+            if st == 200 {
+                for s in v["sandboxes"].as_array().into_iter().flatten() {
+                    if let Some(id) = s["id"].as_str() {
+                        self.register(id);
+                    }
+                }
+            }
+        }
+        let ids = self.known_ids();
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "-TERM");
+            let status = wait_bounded(&mut child, Duration::from_secs(20));
+            if status.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let log = self.log();
+            let status = status.unwrap_or_else(|| panic!("daemon did not exit within 20 s of SIGTERM:\n{log}"));
+            assert!(status.success(), "daemon exited with {status} on SIGTERM:\n{log}");
+        }
+        let ranges = self.ranges.lock().unwrap().clone();
+        assert_no_leaks(&self.data_dir, &ids, &ranges);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Cleanup only (a test that panicked already failed): stop the daemon, which
+        // destroys its sandboxes.
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "-TERM");
+            if wait_bounded(&mut child, Duration::from_secs(20)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("--- daemon log ---\n{}", self.log());
+        }
+    }
+}
+
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix(field)).and_then(|r| r.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no {field} for pid {pid}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Embedded mode
+// ---------------------------------------------------------------------------------------
+
+/// `glovebox` without `GLOVEBOX_URL`: `run` starts an in-process daemon on `data_dir`.
+/// Logs sandbox ids at info level (on stderr) so the leak check knows them.
+pub fn cli_embedded(data_dir: &Path) -> Command {
+    let mut c = Command::new(glovebox_bin());
+    c.env_remove("GLOVEBOX_URL")
+        .env_remove("GLOVEBOX_API_KEY")
+        .env("GLOVEBOX_DATA_DIR", data_dir)
+        .env("GLOVEBOX_LOG", "glovebox_daemon=info")
+        .env("NO_COLOR", "1");
+    c
+}
+
+// ---------------------------------------------------------------------------------------
+// Deterministic data
+// ---------------------------------------------------------------------------------------
+
+/// splitmix64 bytes: seeded, reproducible, no external data. Also a `Read` of `len` bytes.
+pub struct Prng {
+    state: u64,
+    left: u64,
+    buf: [u8; 8],
+    pos: usize,
+}
+
+impl Prng {
+    pub fn new(seed: u64, len: u64) -> Prng {
+        Prng { state: seed, left: len, buf: [0; 8], pos: 8 }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn fill(&mut self, out: &mut [u8]) {
+        for b in out {
+            if self.pos == 8 {
+                self.buf = self.next_u64().to_le_bytes();
+                self.pos = 0;
+            }
+            *b = self.buf[self.pos];
+            self.pos += 1;
+        }
+    }
+}
+
+impl Read for Prng {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = (out.len() as u64).min(self.left) as usize;
+        self.fill(&mut out[..n]);
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Network namespaces the test owns
+// ---------------------------------------------------------------------------------------
+
+/// A network namespace created by the test (loopback up); deleted on drop, whatever happens.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new() -> Netns {
+        let name = format!("gbtest-{}", rand_token(8));
+        let o = run_bounded(Command::new("ip").args(["netns", "add", &name]), None, Duration::from_secs(10));
+        assert!(o.status.success(), "ip netns add: {}", o.stderr_str());
+        let ns = Netns { name };
+        let o = run_bounded(
+            Command::new("ip").args(["netns", "exec", &ns.name, "ip", "link", "set", "lo", "up"]),
+            None,
+            Duration::from_secs(10),
+        );
+        assert!(o.status.success(), "lo up: {}", o.stderr_str());
+        ns
+    }
+
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+}
+
+impl Default for Netns {
+    fn default() -> Self {
+        Netns::new()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).stderr(Stdio::null()).status();
+    }
+}
+
+/// A child that is killed (and reaped) on drop.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn sandbox_body(extra: Value) -> Value {
+    let mut b = json!({ "timeout_s": 120 });
+    if let (Some(m), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    b
+}
