@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +42,10 @@ struct Inner {
     cmds: Mutex<HashMap<u64, Arc<Cmd>>>,
     next: AtomicU64,
     reaper: Mutex<Reaper>,
+    spare: Mutex<Option<Spare>>,
+    /// Empty command cgroups ready for reuse.
+    free_cgroups: Mutex<Vec<PathBuf>>,
+    refilling: std::sync::atomic::AtomicBool,
     cgroup: Option<(OwnedFd, KillMethod)>,
     seccomp: Arc<seccompiler::BpfProgram>,
     home: String,
@@ -49,6 +54,27 @@ struct Inner {
 #[derive(Default)]
 struct Reaper {
     waiting: HashMap<i32, oneshot::Sender<rustix::process::WaitStatus>>,
+    /// Exits of pids nobody registered yet (a spare spawned on another thread may exit
+    /// before it is registered). Orphans land here too, so it is bounded.
+    early: HashMap<i32, rustix::process::WaitStatus>,
+}
+
+/// Empty command cgroups kept for reuse.
+const FREE_CGROUPS: usize = 4;
+
+/// Bound of `Reaper::early`.
+const EARLY_MAX: usize = 1024;
+
+/// A process waiting for its command (see `spare`).
+struct Spare {
+    id: u64,
+    pid: i32,
+    job: OwnedFd,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    cgroup_dir: Option<PathBuf>,
+    exited: oneshot::Receiver<rustix::process::WaitStatus>,
 }
 
 struct Cmd {
@@ -121,6 +147,9 @@ impl Exec {
             cmds: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             reaper: Mutex::new(Reaper::default()),
+            spare: Mutex::new(None),
+            free_cgroups: Mutex::new(Vec::new()),
+            refilling: std::sync::atomic::AtomicBool::new(false),
             cgroup,
             seccomp,
             home: home.to_string(),
@@ -135,7 +164,9 @@ impl Exec {
                 }
             }
         });
-        Ok(Exec(inner))
+        let exec = Exec(inner);
+        exec.refill();
+        Ok(exec)
     }
 
     fn get(&self, id: u64) -> Option<Arc<Cmd>> {
@@ -146,11 +177,14 @@ impl Exec {
     pub async fn run(&self, spec: ExecSpec, mut r: Reader, mut w: Writer) -> Result<(), ConnError> {
         let want_stdin = spec.stdin;
         let background = spec.background;
-        let cmd = match self.spawn(spec) {
+        let cmd = match self.spawn(spec).await {
             Ok(c) => c,
             Err(SpawnError::Reply(code, msg)) => return w.error(code, msg).await,
         };
         w.json(&Event::Started { id: cmd.id, pid: cmd.pid }).await?;
+        // Prepare the next command's spare once this one is on its way (forking now would
+        // compete with it for the CPU).
+        self.refill();
         if background {
             return w.flush().await;
         }
@@ -163,7 +197,43 @@ impl Exec {
         stream(&cmd, &mut w).await
     }
 
-    fn spawn(&self, spec: ExecSpec) -> Result<Arc<Cmd>, SpawnError> {
+    fn new_cmd(&self, id: u64, pid: i32, spec: &ExecSpec, cwd: &str, cgroup_dir: Option<PathBuf>) -> Arc<Cmd> {
+        let (version, _) = watch::channel(0u64);
+        Arc::new(Cmd {
+            id,
+            pid,
+            cmd: spec.cmd.clone(),
+            cwd: Some(cwd.to_string()),
+            cgroup_dir,
+            st: Mutex::new(State {
+                chunks: Vec::new(),
+                kept: [0, 0],
+                total: [0, 0],
+                cap: spec.max_output_bytes,
+                exit: None,
+            }),
+            version,
+            stdin: tokio::sync::Mutex::new(None),
+            started: Instant::now(),
+        })
+    }
+
+    /// The command's environment: defaults, then the request's variables.
+    fn env_for(&self, spec: &ExecSpec, uid: u32) -> Vec<(String, String)> {
+        let mut env: std::collections::BTreeMap<String, String> = [
+            ("PATH", PATH),
+            ("HOME", self.0.home.as_str()),
+            ("LANG", "C.UTF-8"),
+            ("USER", if uid == 0 { "root" } else { "user" }),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        env.extend(spec.env.clone());
+        env.into_iter().collect()
+    }
+
+    async fn spawn(&self, spec: ExecSpec) -> Result<Arc<Cmd>, SpawnError> {
         let argv: Vec<String> = match &spec.cmd {
             Command::Argv(v) if v.is_empty() || v[0].is_empty() => {
                 return Err(SpawnError::Reply(ErrorCode::InvalidArgument, "empty command".into()))
@@ -176,10 +246,150 @@ impl Exec {
         {
             return Err(SpawnError::Reply(ErrorCode::InvalidArgument, "nul byte or bad name in command or env".into()));
         }
-        let id = self.0.next.fetch_add(1, Ordering::Relaxed);
         self.evict();
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.0.home.clone());
+        let uid = spec.uid.unwrap_or(0);
+        let env = self.env_for(&spec, uid);
+        if uid == 0 && spec.gid.unwrap_or(0) == 0 {
+            let spare = lock(&self.0.spare).take();
+            if let Some(sp) = spare {
+                match self.from_spare(sp, &argv, &env, &cwd, &spec) {
+                    Ok(cmd) => return Ok(cmd),
+                    Err(e) => eprintln!("agent: spare unusable, starting directly: {e}"),
+                }
+            }
+        }
+        self.spawn_direct(argv, env, cwd, spec)
+    }
 
+    /// Hands a job to a waiting spare.
+    fn from_spare(
+        &self,
+        sp: Spare,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: &str,
+        spec: &ExecSpec,
+    ) -> std::io::Result<Arc<Cmd>> {
+        use std::io::Write;
+        let job = crate::spare::Job { argv: argv.to_vec(), env: env.to_vec(), cwd: cwd.to_string() };
+        let body = serde_json::to_vec(&job).map_err(std::io::Error::other)?;
+        let mut jobw = std::fs::File::from(sp.job);
+        if let Err(e) = jobw.write_all(&body) {
+            // A spare that died waiting (its exit is reaped and dropped): start directly.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(sp.pid).ok_or_else(|| std::io::Error::other("bad pid"))?,
+                rustix::process::Signal::KILL,
+            );
+            return Err(e);
+        }
+        drop(jobw);
+        let cmd = self.new_cmd(sp.id, sp.pid, spec, cwd, sp.cgroup_dir);
+        lock(&self.0.cmds).insert(sp.id, cmd.clone());
+        let stdin = if spec.stdin { Some(sp.stdin) } else { None };
+        self.track(&cmd, sp.stdout, sp.stderr, stdin, sp.exited, spec);
+        Ok(cmd)
+    }
+
+    /// Starts a background refill of the spare slot, unless one is under way.
+    fn refill(&self) {
+        if self.0.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            match this.make_spare() {
+                Ok(sp) => {
+                    let old = lock(&this.0.spare).replace(sp);
+                    drop(old);
+                }
+                Err(e) => eprintln!("agent: spare: {e}"),
+            }
+            this.0.refilling.store(false, Ordering::Release);
+        });
+    }
+
+    /// Blocking: spawns a spare, moves it into a fresh command cgroup.
+    fn make_spare(&self) -> std::io::Result<Spare> {
+        let id = self.0.next.fetch_add(1, Ordering::Relaxed);
+        let reused = lock(&self.0.free_cgroups).pop();
+        let cgroup_dir = match (&self.0.cgroup, reused) {
+            (Some(_), Some(dir)) => Some(dir),
+            (Some((fd, _)), None) => {
+                let dir = PathBuf::from(format!("/proc/self/fd/{}/cmd-{id}", raw(fd)));
+                std::fs::create_dir(&dir)?;
+                Some(dir)
+            }
+            (None, _) => None,
+        };
+        let (job_r, job_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let setup = Arc::new(ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(self.0.seccomp.clone()) });
+        let mut c = std::process::Command::new("/proc/self/exe");
+        c.arg0("glovebox-agent")
+            .arg("spare")
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let (tx, rx) = oneshot::channel();
+        let spawned = glovebox_jail::child::spawn(&mut c, setup, Some(&job_r));
+        drop(job_r);
+        let mut child = match spawned {
+            Ok(ch) => ch,
+            Err(e) => {
+                if let Some(d) = &cgroup_dir {
+                    let _ = std::fs::remove_dir(d);
+                }
+                return Err(e);
+            }
+        };
+        let pid = child.id() as i32;
+        self.register(pid, tx);
+        if let Some(d) = &cgroup_dir {
+            if let Err(e) = std::fs::write(d.join("cgroup.procs"), pid.to_string()) {
+                let _ = child.kill();
+                return Err(e);
+            }
+        }
+        let (Some(i), Some(o), Some(e)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
+            let _ = child.kill();
+            return Err(std::io::Error::other("spare without pipes"));
+        };
+        Ok(Spare {
+            id,
+            pid,
+            job: job_w,
+            stdin: OwnedFd::from(i),
+            stdout: OwnedFd::from(o),
+            stderr: OwnedFd::from(e),
+            cgroup_dir,
+            exited: rx,
+        })
+    }
+
+    /// Routes `pid`'s exit status to `tx` (or at once, if the reaper already saw it).
+    fn register(&self, pid: i32, tx: oneshot::Sender<rustix::process::WaitStatus>) {
+        let mut r = lock(&self.0.reaper);
+        match r.early.remove(&pid) {
+            Some(st) => {
+                let _ = tx.send(st);
+            }
+            None => {
+                r.waiting.insert(pid, tx);
+            }
+        }
+    }
+
+    /// Starts a command the plain way (fork, join its cgroup, exec) on this thread.
+    fn spawn_direct(
+        &self,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        spec: ExecSpec,
+    ) -> Result<Arc<Cmd>, SpawnError> {
+        let id = self.0.next.fetch_add(1, Ordering::Relaxed);
         let (cgroup_dir, procs) = match &self.0.cgroup {
             Some((fd, _)) => {
                 let dir = PathBuf::from(format!("/proc/self/fd/{}/cmd-{id}", raw(fd)));
@@ -205,37 +415,12 @@ impl Exec {
         let mut c = std::process::Command::new(&argv[0]);
         c.args(&argv[1..])
             .env_clear()
-            .env("PATH", PATH)
-            .env("HOME", &self.0.home)
-            .env("LANG", "C.UTF-8")
-            .env("USER", if uid == 0 { "root" } else { "user" })
-            .envs(&spec.env)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(&cwd)
             .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let spawned = glovebox_jail::child::spawn(&mut c, setup);
-        let (tx, rx) = oneshot::channel();
-        let (version, _) = watch::channel(0u64);
-        let mk = |pid: i32| {
-            Arc::new(Cmd {
-                id,
-                pid,
-                cmd: spec.cmd.clone(),
-                cwd: Some(cwd.clone()),
-                cgroup_dir: cgroup_dir.clone(),
-                st: Mutex::new(State {
-                    chunks: Vec::new(),
-                    kept: [0, 0],
-                    total: [0, 0],
-                    cap: spec.max_output_bytes,
-                    exit: None,
-                }),
-                version: version.clone(),
-                stdin: tokio::sync::Mutex::new(None),
-                started: Instant::now(),
-            })
-        };
+        let spawned = glovebox_jail::child::spawn(&mut c, setup, None);
         let mut child = match spawned {
             Ok(ch) => ch,
             Err(e) => {
@@ -249,7 +434,7 @@ impl Exec {
                     _ => return Err(SpawnError::Reply(ErrorCode::SpawnFailed, format!("{}: {e}", argv[0]))),
                 };
                 let what = if std::path::Path::new(&cwd).is_dir() { argv[0].clone() } else { format!("cwd {cwd}") };
-                let cmd = mk(0);
+                let cmd = self.new_cmd(id, 0, &spec, &cwd, None);
                 cmd.push(Kind::Stderr, format!("glovebox: {what}: {e}\n").as_bytes());
                 let base = status_of(&cmd);
                 lock(&cmd.st).exit = Some(ExitStatus { id, exit_code: code, ..base });
@@ -258,17 +443,32 @@ impl Exec {
             }
         };
         let pid = child.id() as i32;
-        // Registered before any await: the reaper cannot have seen this pid yet.
-        lock(&self.0.reaper).waiting.insert(pid, tx);
-        let cmd = mk(pid);
+        let (tx, rx) = oneshot::channel();
+        // On this (the runtime's) thread, before any await: the reaper cannot have run yet.
+        self.register(pid, tx);
+        let cmd = self.new_cmd(id, pid, &spec, &cwd, cgroup_dir);
         lock(&self.0.cmds).insert(id, cmd.clone());
+        let fds = (child.stdout.take(), child.stderr.take(), child.stdin.take());
+        drop(child); // never waited through std: the reaper owns exit statuses
+        let (Some(o), Some(e)) = (fds.0, fds.1) else {
+            return Err(SpawnError::Reply(ErrorCode::SpawnFailed, "no output pipes".into()));
+        };
+        self.track(&cmd, OwnedFd::from(o), OwnedFd::from(e), fds.2.map(OwnedFd::from), rx, &spec);
+        Ok(cmd)
+    }
 
+    /// Wires a started command's pipes and its supervisor.
+    fn track(
+        &self,
+        cmd: &Arc<Cmd>,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        stdin: Option<OwnedFd>,
+        exited: oneshot::Receiver<rustix::process::WaitStatus>,
+        spec: &ExecSpec,
+    ) {
         let mut readers = Vec::new();
-        for (kind, fd) in [
-            (Kind::Stdout, child.stdout.take().map(OwnedFd::from)),
-            (Kind::Stderr, child.stderr.take().map(OwnedFd::from)),
-        ] {
-            let Some(fd) = fd else { continue };
+        for (kind, fd) in [(Kind::Stdout, stdout), (Kind::Stderr, stderr)] {
             let c = cmd.clone();
             readers.push(tokio::spawn(async move {
                 let Ok(mut rx) = pipe_rx(fd) else { return };
@@ -281,20 +481,17 @@ impl Exec {
                 }
             }));
         }
-        if let Some(fd) = child.stdin.take().map(OwnedFd::from) {
+        if let Some(fd) = stdin {
             if let Ok(tx) = pipe::Sender::from_owned_fd(nonblocking(fd)) {
                 if let Ok(mut g) = cmd.stdin.try_lock() {
                     *g = Some(tx);
                 }
             }
         }
-        drop(child); // never waited through std: the reaper owns exit statuses
-
         let timeout = spec.timeout_ms.filter(|t| *t > 0).map(Duration::from_millis);
         let this = self.clone();
         let c = cmd.clone();
-        tokio::spawn(async move { this.supervise(c, rx, readers, timeout).await });
-        Ok(cmd)
+        tokio::spawn(async move { this.supervise(c, exited, readers, timeout).await });
     }
 
     async fn supervise(
@@ -319,12 +516,10 @@ impl Exec {
         };
         // Leftovers may hold the pipes open: give them a moment, then end them all.
         let _ = tokio::time::timeout(EXIT_GRACE, futures_join(readers)).await;
-        if !self.tree_empty(&cmd) {
+        let mut empty = self.tree_empty(&cmd);
+        if !empty {
             self.kill_tree(&cmd).await;
-        }
-        if let Some(d) = &cmd.cgroup_dir {
-            let d = d.clone();
-            let _ = tokio::task::spawn_blocking(move || glovebox_jail::cgroup::remove_tree(&d)).await;
+            empty = self.tree_empty(&cmd);
         }
         *cmd.stdin.lock().await = None;
         let (exit_code, signal) = match status {
@@ -341,6 +536,21 @@ impl Exec {
             st.exit = Some(ExitStatus { exit_code, signal, timed_out, ..base });
         }
         cmd.bump();
+        // After the reply: an emptied cgroup is kept for the next spare (rmdir and mkdir of a
+        // cgroup cost milliseconds), or removed in the background.
+        if let Some(d) = &cmd.cgroup_dir {
+            let keep = empty && {
+                let mut free = lock(&self.0.free_cgroups);
+                free.len() < FREE_CGROUPS && {
+                    free.push(d.clone());
+                    true
+                }
+            };
+            if !keep {
+                let d = d.clone();
+                tokio::task::spawn_blocking(move || glovebox_jail::cgroup::remove_tree(&d));
+            }
+        }
     }
 
     /// Kills every process of the command (its cgroup, or its process group without one).
@@ -561,8 +771,18 @@ fn reap_all(inner: &Inner) {
     loop {
         match rustix::process::wait(rustix::process::WaitOptions::NOHANG) {
             Ok(Some((pid, status))) => {
-                if let Some(tx) = lock(&inner.reaper).waiting.remove(&pid.as_raw_nonzero().get()) {
-                    let _ = tx.send(status);
+                let pid = pid.as_raw_nonzero().get();
+                let mut r = lock(&inner.reaper);
+                match r.waiting.remove(&pid) {
+                    Some(tx) => {
+                        let _ = tx.send(status);
+                    }
+                    None => {
+                        if r.early.len() >= EARLY_MAX {
+                            r.early.clear();
+                        }
+                        r.early.insert(pid, status);
+                    }
                 }
             }
             _ => return,

@@ -8,6 +8,7 @@
 mod conn;
 mod exec;
 mod files;
+mod spare;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ fn main() {
             let booted = glovebox_jail::jailer::main_from_stdin();
             std::process::exit(serve(booted));
         }
+        Some("spare") => spare::main(),
         Some("--version") => println!("glovebox-agent {}", env!("CARGO_PKG_VERSION")),
         _ => {
             eprintln!("glovebox-agent: started by the glovebox daemon as `glovebox-agent jail`, not by hand");

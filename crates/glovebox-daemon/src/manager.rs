@@ -137,7 +137,7 @@ impl Sb {
     }
 
     pub fn oom_kills(&self) -> u64 {
-        self.cgroup.stats().map(|s| s.oom_kills).unwrap_or(0)
+        self.cgroup.oom_kills().unwrap_or(0)
     }
 
     pub fn stats(&self) -> Option<cgroup::Stats> {

@@ -46,6 +46,11 @@ pub async fn serve(
     api_key: String,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
     let app = router(AppState { manager, api_key: Arc::new(api_key) });
+    // Small request/response exchanges: never let Nagle hold a reply back.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }

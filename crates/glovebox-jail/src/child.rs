@@ -129,16 +129,44 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
 }
 
 /// Spawns `cmd` with the jail's per-command setup applied in the child before exec.
-/// The caller sets argv, env (cleared), cwd and stdio on `cmd` beforehand.
-pub fn spawn(cmd: &mut Command, setup: Arc<ChildSetup>) -> io::Result<Child> {
+/// The caller sets argv, env (cleared), cwd and stdio on `cmd` beforehand. `extra`, if
+/// given, is made available to the child as fd 3 (without CLOEXEC).
+pub fn spawn(cmd: &mut Command, setup: Arc<ChildSetup>, extra: Option<&OwnedFd>) -> io::Result<Child> {
     let s = setup.clone();
+    let extra = extra.map(|f| f.as_raw_fd());
     // SAFETY: the closure runs between fork and exec in the child and only performs raw
     // syscalls on data prepared before the fork (see `in_child`); it allocates only in the
-    // seccomp error path, which ends the child.
+    // seccomp error path, which ends the child. `extra` is an fd the parent keeps open until
+    // spawn returns.
     unsafe {
-        cmd.pre_exec(move || in_child(&s));
+        cmd.pre_exec(move || {
+            if let Some(fd) = extra {
+                // dup2 onto 3 (clears CLOEXEC on the copy); if it already is 3, clear it.
+                if fd == 3 {
+                    let fl = libc::fcntl(3, libc::F_GETFD);
+                    if fl < 0 || libc::fcntl(3, libc::F_SETFD, fl & !libc::FD_CLOEXEC) < 0 {
+                        return Err(err());
+                    }
+                } else if libc::dup2(fd, 3) < 0 {
+                    return Err(err());
+                }
+            }
+            in_child(&s)
+        });
     }
     let child = cmd.spawn();
     drop(setup);
     child
+}
+
+/// Takes ownership of fd 3 as passed by [`spawn`]'s `extra` (the agent's spare process
+/// reads its job from it). Returns `None` if fd 3 is not open.
+pub fn take_fd3() -> Option<OwnedFd> {
+    // SAFETY: F_GETFD only inspects the fd table.
+    if unsafe { libc::fcntl(3, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // SAFETY: fd 3 is open (checked above) and was handed to this process for it to own;
+    // nothing else in this process refers to it.
+    Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(3) })
 }

@@ -113,6 +113,8 @@ pub trait Cgroup: Send + Sync {
     /// Applies new limits. Not atomic: on error some controllers may have the new values.
     fn set_limits(&self, limits: &Limits) -> Result<(), CgroupError>;
     fn stats(&self) -> Result<Stats, CgroupError>;
+    /// Just the OOM kill count (one file read; checked around every command).
+    fn oom_kills(&self) -> Result<u64, CgroupError>;
     /// Kills every process in the sandbox, command children included, and waits (up to about
     /// 2 s) until none is left. Returns how many it killed.
     fn kill_all(&self) -> Result<usize, CgroupError>;

@@ -170,6 +170,10 @@ impl Cgroup for V1Cgroup {
         })
     }
 
+    fn oom_kills(&self) -> Result<u64, CgroupError> {
+        fs::read_keyed(&self.dir(&self.layout.memory).join("memory.oom_control"), "oom_kill")
+    }
+
     fn kill_all(&self) -> Result<usize, CgroupError> {
         // A process is in one cgroup per hierarchy; all are searched in case one was only
         // partly joined. The freezer, if any, stops the whole sandbox while we signal.

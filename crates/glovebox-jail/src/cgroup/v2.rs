@@ -127,6 +127,10 @@ impl Cgroup for V2Cgroup {
         cpu::apply_v2(fs, &self.dir, limits)
     }
 
+    fn oom_kills(&self) -> Result<u64, CgroupError> {
+        fs::read_keyed(&self.dir.join("memory.events"), "oom_kill")
+    }
+
     fn stats(&self) -> Result<Stats, CgroupError> {
         let memory = memory::stats_v2(&self.dir)?;
         Ok(Stats {

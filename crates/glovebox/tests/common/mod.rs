@@ -15,7 +15,6 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -24,10 +23,28 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// First host uid handed to sandboxes and the size of each sandbox's range (see
-/// `glovebox_daemon::slots`); all sandbox uids are in `[1 << 30, 1 << 31)`.
-pub const UID_BASE: u32 = 1 << 30;
-pub const UID_RANGE: u32 = 65_536;
+/// First host uid handed to sandboxes and the size of each sandbox's range; all sandbox
+/// uids are in `[1 << 30, 1 << 31)`.
+pub const UID_BASE: u32 = glovebox_daemon::slots::BASE;
+pub const UID_RANGE: u32 = glovebox_daemon::slots::RANGE;
+
+/// The host-wide runtime dir every Glovebox process shares (sandbox dirs, uid slots, base
+/// skeletons), as the daemon computes it.
+pub fn run_dir() -> PathBuf {
+    glovebox_daemon::manager::default_run_dir()
+}
+
+/// The uid range of live sandbox `id`, from the run dir's slot files.
+pub fn uid_range_of(id: &str) -> Option<(u32, u32)> {
+    let rd = fs::read_dir(run_dir().join("slots")).ok()?;
+    for e in rd.flatten() {
+        if fs::read_to_string(e.path()).is_ok_and(|c| c.trim() == id) {
+            let n: u32 = e.file_name().to_str()?.strip_suffix(".lock")?.parse().ok()?;
+            return Some((UID_BASE + n * UID_RANGE, UID_RANGE));
+        }
+    }
+    None
+}
 
 pub fn glovebox_bin() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_glovebox"));
@@ -67,12 +84,9 @@ pub fn rand_token(len: usize) -> String {
     buf.iter().map(|b| (b"abcdefghijklmnopqrstuvwxyz0123456789"[(*b % 36) as usize]) as char).collect()
 }
 
-/// A temp directory whose path every sandbox uid may traverse (not list): sandboxes' PID 1
-/// walks through the data directory's ancestors to reach its mount point.
-pub fn traversable_tempdir(prefix: &str) -> tempfile::TempDir {
-    let t = tempfile::Builder::new().prefix(prefix).tempdir().expect("tempdir");
-    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o711)).expect("chmod tempdir");
-    t
+/// A fresh temp directory (for data dirs, logs, host canaries).
+pub fn tempdir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir().expect("tempdir")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -82,6 +96,7 @@ pub fn traversable_tempdir(prefix: &str) -> tempfile::TempDir {
 /// What a finished child process left.
 #[derive(Debug)]
 pub struct Outcome {
+    pub pid: u32,
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
@@ -129,16 +144,17 @@ pub fn run_bounded(cmd: &mut Command, stdin: Option<&[u8]>, timeout: Duration) -
     };
     let out = reader(child.stdout.take());
     let err = reader(child.stderr.take());
-    let status = wait_bounded(&mut child, timeout).unwrap_or_else(|| {
+    let Some(status) = wait_bounded(&mut child, timeout) else {
         let _ = child.kill();
         let _ = child.wait();
         let e = err.and_then(|h| h.join().ok()).unwrap_or_default();
         panic!("{cmd:?} still running after {timeout:?}; killed. stderr:\n{}", String::from_utf8_lossy(&e));
-    });
+    };
     if let Some(w) = writer {
         let _ = w.join();
     }
     Outcome {
+        pid: child.id(),
         status,
         stdout: out.and_then(|h| h.join().ok()).unwrap_or_default(),
         stderr: err.and_then(|h| h.join().ok()).unwrap_or_default(),
@@ -214,11 +230,19 @@ pub fn sandbox_uid_processes() -> Vec<ProcInfo> {
     processes().into_iter().filter(|p| (UID_BASE..(1u32 << 31)).contains(&p.uid)).collect()
 }
 
-/// Processes whose mount table mentions `needle` (a sandbox's mounts name its data dir).
-pub fn processes_mounting(needle: &str) -> Vec<ProcInfo> {
+/// Processes that belong to sandbox `id`: their mount table names the sandbox's private
+/// dir (every sandbox process lives in its mount namespace and cannot leave it) or they sit
+/// in its cgroup.
+pub fn processes_of(id: &str) -> Vec<ProcInfo> {
+    let mnt = format!("/sandboxes/{id}/");
+    let cg = format!("/glovebox/{id}");
     processes()
         .into_iter()
-        .filter(|p| fs::read_to_string(format!("/proc/{}/mountinfo", p.pid)).is_ok_and(|m| m.contains(needle)))
+        .filter(|p| {
+            fs::read_to_string(format!("/proc/{}/mountinfo", p.pid)).is_ok_and(|m| m.contains(&mnt))
+                || fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
+                    .is_ok_and(|c| c.lines().any(|l| l.ends_with(&cg) || l.contains(&format!("{cg}/"))))
+        })
         .collect()
 }
 
@@ -256,47 +280,51 @@ pub fn ids_in_log(log: &str) -> BTreeSet<String> {
     ids
 }
 
-/// Everything a data directory's sandboxes may have left on the host; empty when clean.
-/// `ids`: every sandbox id known to have been created there; `ranges`: their uid ranges.
-pub fn leaks(data_dir: &Path, ids: &BTreeSet<String>, ranges: &[(u32, u32)]) -> Vec<String> {
+/// Everything sandboxes `ids` may have left on the host; empty when clean. `owner_pids`:
+/// Glovebox processes that have ended, whose base skeletons must be gone too.
+pub fn leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) -> Vec<String> {
     let mut problems = Vec::new();
-    let dd = data_dir.to_string_lossy().into_owned();
-    if let Ok(rd) = fs::read_dir(data_dir.join("sandboxes")) {
-        for e in rd.flatten() {
-            problems.push(format!("sandbox directory left: {}", e.path().display()));
-        }
-    }
-    if let Ok(rd) = fs::read_dir(data_dir.join("slots")) {
-        for e in rd.flatten() {
-            let content = fs::read_to_string(e.path()).unwrap_or_default();
-            problems.push(format!("uid slot left: {} ({content:?})", e.path().display()));
-        }
+    let run = run_dir();
+    let host_mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut slots: Vec<(PathBuf, String)> = Vec::new();
+    if let Ok(rd) = fs::read_dir(run.join("slots")) {
+        slots = rd.flatten().map(|e| (e.path(), fs::read_to_string(e.path()).unwrap_or_default())).collect();
     }
     for id in ids {
+        let dir = run.join("sandboxes").join(id);
+        if dir.exists() {
+            problems.push(format!("sandbox directory left: {}", dir.display()));
+        }
+        for (path, content) in &slots {
+            if content.trim() == id {
+                problems.push(format!("uid slot left: {}", path.display()));
+            }
+        }
         for d in cgroup_dirs(id) {
             problems.push(format!("cgroup left: {}", d.display()));
         }
-    }
-    for p in processes_mounting(&dd) {
-        problems.push(format!("process left in a sandbox mount namespace: {p:?}"));
-    }
-    for r in ranges {
-        for p in processes_in_range(*r) {
-            problems.push(format!("process left with a sandbox uid: {p:?}"));
+        for p in processes_of(id) {
+            problems.push(format!("process of sandbox {id} left: {p:?}"));
+        }
+        if host_mounts.contains(&format!("/sandboxes/{id}/")) {
+            problems.push(format!("host mount of sandbox {id} left"));
         }
     }
-    if fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| m.contains(&dd)) {
-        problems.push(format!("host mount left under {dd}"));
+    for pid in owner_pids {
+        let skel = run.join("base").join(format!("host-{pid}"));
+        if skel.exists() {
+            problems.push(format!("base skeleton left: {}", skel.display()));
+        }
     }
     problems
 }
 
 /// Polls [`leaks`] for a few seconds (killed processes take a moment to disappear), then
 /// panics with every leak found.
-pub fn assert_no_leaks(data_dir: &Path, ids: &BTreeSet<String>, ranges: &[(u32, u32)]) {
+pub fn assert_no_leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) {
     let mut last = Vec::new();
     let clean = poll(Duration::from_secs(5), Duration::from_millis(50), || {
-        last = leaks(data_dir, ids, ranges);
+        last = leaks(ids, owner_pids);
         last.is_empty().then_some(())
     });
     assert!(clean.is_some(), "leaks after the daemon ended (sandboxes {ids:?}):\n  {}", last.join("\n  "));
@@ -320,26 +348,27 @@ pub struct Daemon {
     logs: tempfile::TempDir,
     http: reqwest::blocking::Client,
     ids: Mutex<BTreeSet<String>>,
-    ranges: Mutex<Vec<(u32, u32)>>,
-    /// Logs of earlier daemons on the same data dir (after a restart).
+    /// Logs and pids of earlier daemons on the same data dir (after a restart).
     old_logs: Vec<PathBuf>,
+    old_pids: Vec<u32>,
+    pid: u32,
 }
 
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Daemon {
     pub fn start() -> Daemon {
-        let dir = traversable_tempdir("gbtest-data-");
-        let logs = tempfile::Builder::new().prefix("gbtest-logs-").tempdir().expect("tempdir");
-        Daemon::spawn(dir, logs, Vec::new(), BTreeSet::new(), Vec::new())
+        let dir = tempdir("gbtest-data-");
+        let logs = tempdir("gbtest-logs-");
+        Daemon::spawn(dir, logs, Vec::new(), Vec::new(), BTreeSet::new())
     }
 
     fn spawn(
         dir: tempfile::TempDir,
         logs: tempfile::TempDir,
         old_logs: Vec<PathBuf>,
+        old_pids: Vec<u32>,
         ids: BTreeSet<String>,
-        ranges: Vec<(u32, u32)>,
     ) -> Daemon {
         let bin = glovebox_bin();
         let key = format!("gbtest_{}", rand_token(32));
@@ -383,6 +412,7 @@ impl Daemon {
             match up {
                 Some(true) => {
                     return Daemon {
+                        pid: child.id(),
                         url,
                         key,
                         canary,
@@ -393,8 +423,8 @@ impl Daemon {
                         logs,
                         http,
                         ids: Mutex::new(ids),
-                        ranges: Mutex::new(ranges),
                         old_logs,
+                        old_pids,
                     };
                 }
                 Some(false) if log_text.contains("cannot listen") => continue,
@@ -410,7 +440,7 @@ impl Daemon {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("daemon running").id()
+        self.pid
     }
 
     pub fn log(&self) -> String {
@@ -444,11 +474,7 @@ impl Daemon {
         let resp = rb.send().expect("HTTP request to the daemon");
         let status = resp.status().as_u16();
         let text = resp.text().expect("read response body");
-        let v = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
+        let v = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         (status, v)
     }
 
@@ -473,32 +499,14 @@ impl Daemon {
         id
     }
 
-    /// Records `id` (and its uid range, read from the data dir's slot files).
+    /// Records `id` for the leak check.
     pub fn register(&self, id: &str) {
         self.ids.lock().unwrap().insert(id.to_string());
-        if let Ok(rd) = fs::read_dir(self.data_dir.join("slots")) {
-            for e in rd.flatten() {
-                if fs::read_to_string(e.path()).is_ok_and(|c| c.trim() == id) {
-                    let n: Option<u32> =
-                        e.file_name().to_str().and_then(|s| s.strip_suffix(".lock")).and_then(|s| s.parse().ok());
-                    if let Some(n) = n {
-                        self.ranges.lock().unwrap().push((UID_BASE + n * UID_RANGE, UID_RANGE));
-                    }
-                }
-            }
-        }
     }
 
-    /// The uid range of a registered sandbox, if it was found.
+    /// The uid range of a live sandbox.
     pub fn uid_range(&self, id: &str) -> Option<(u32, u32)> {
-        let rd = fs::read_dir(self.data_dir.join("slots")).ok()?;
-        for e in rd.flatten() {
-            if fs::read_to_string(e.path()).is_ok_and(|c| c.trim() == id) {
-                let n: u32 = e.file_name().to_str()?.strip_suffix(".lock")?.parse().ok()?;
-                return Some((UID_BASE + n * UID_RANGE, UID_RANGE));
-            }
-        }
-        None
+        uid_range_of(id)
     }
 
     /// Runs a command to completion (asserting 200) and returns the result.
@@ -538,9 +546,6 @@ impl Daemon {
         for l in &self.old_logs {
             ids.extend(ids_in_log(&fs::read_to_string(l).unwrap_or_default()));
         }
-        if let Ok(rd) = fs::read_dir(self.data_dir.join("sandboxes")) {
-            ids.extend(rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()));
-        }
         ids
     }
 
@@ -555,12 +560,13 @@ impl Daemon {
     pub fn restart(mut self) -> Daemon {
         assert!(self.child.is_none(), "restart after crash() only");
         let ids = self.known_ids();
-        let ranges = self.ranges.lock().unwrap().clone();
         let mut old = std::mem::take(&mut self.old_logs);
         old.push(self.log_path.clone());
+        let mut pids = std::mem::take(&mut self.old_pids);
+        pids.push(self.pid);
         let dir = self.dir.take().expect("data dir");
         let logs = std::mem::replace(&mut self.logs, tempfile::tempdir().expect("tempdir"));
-        Daemon::spawn(dir, logs, old, ids, ranges)
+        Daemon::spawn(dir, logs, old, pids, ids)
     }
 
     /// Stops the daemon with SIGTERM (it must exit 0 within 20 s) and fails the test if any
@@ -589,8 +595,9 @@ impl Daemon {
             let status = status.unwrap_or_else(|| panic!("daemon did not exit within 20 s of SIGTERM:\n{log}"));
             assert!(status.success(), "daemon exited with {status} on SIGTERM:\n{log}");
         }
-        let ranges = self.ranges.lock().unwrap().clone();
-        assert_no_leaks(&self.data_dir, &ids, &ranges);
+        let mut pids = self.old_pids.clone();
+        pids.push(self.pid);
+        assert_no_leaks(&ids, &pids);
     }
 }
 

@@ -1,0 +1,230 @@
+//! Probes run from inside a sandbox: privileges, filesystem, processes, environment,
+//! namespaces, raw sockets, and separation between sandboxes. Every probe asserts on what
+//! the sandboxed code sees.
+
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use common::{rand_token, sandbox_body, tempdir, Daemon};
+use serde_json::json;
+
+fn field<'a>(status: &'a str, name: &str) -> &'a str {
+    status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_else(|| panic!("no {name}:\n{status}"))
+}
+
+#[test]
+fn privileges_are_gone() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+
+    let status = d.sh_ok(&id, "cat /proc/self/status");
+    assert_eq!(field(&status, "CapEff:"), "0000000000000000");
+    assert_eq!(field(&status, "CapPrm:"), "0000000000000000");
+    assert_eq!(field(&status, "CapBnd:"), "0000000000000000", "bounding set empty too");
+    assert_eq!(field(&status, "CapAmb:"), "0000000000000000");
+    assert_eq!(field(&status, "NoNewPrivs:"), "1");
+    assert_eq!(field(&status, "Seccomp:"), "2");
+
+    // Root inside is an unprivileged uid range on the host.
+    let map = d.sh_ok(&id, "cat /proc/self/uid_map");
+    let cols: Vec<u64> = map.split_whitespace().map(|c| c.parse().unwrap()).collect();
+    assert_eq!(cols.len(), 3, "one mapping: {map}");
+    assert!(cols[1] >= 1 << 30 && cols[1] + cols[2] <= 1 << 31, "host uids in the sandbox range: {map}");
+
+    for (what, script) in [
+        ("new user namespace", "unshare -U true"),
+        ("mount", "mount -t tmpfs x /mnt"),
+        ("remount root", "mount -o remount,rw /usr"),
+        ("chroot", "chroot / true"),
+        ("read /etc/shadow", "cat /etc/shadow"),
+        ("mknod", "mknod /tmp/sda b 8 0"),
+        ("agent environment", "cat /proc/1/environ"),
+        ("agent memory", "head -c 16 /proc/1/mem"),
+        ("agent fds", "ls /proc/1/fd"),
+        ("sysrq", "echo h > /proc/sysrq-trigger"),
+        ("kernel param", "echo 1 > /proc/sys/kernel/sysrq"),
+        ("host kmsg", "head -c 1 /dev/kmsg"),
+    ] {
+        let r = d.sh(&id, script);
+        assert_ne!(r["exit_code"], 0, "{what} ({script}) must fail: {r}");
+    }
+
+    // /usr is the host's, under a private writable layer: writes stay in the sandbox.
+    let name = format!("gbtest-{}", rand_token(8));
+    d.sh_ok(&id, &format!("echo x > /usr/{name} && echo y > /usr/bin/{name}"));
+    assert!(!std::path::Path::new(&format!("/usr/{name}")).exists(), "a sandbox wrote the host's /usr");
+    assert!(!std::path::Path::new(&format!("/usr/bin/{name}")).exists(), "a sandbox wrote the host's /usr/bin");
+    let r = d.sh(&id, "rm -f /usr/bin/env && test ! -e /usr/bin/env && echo gone");
+    assert_eq!(r["stdout"], "gone\n", "{r}");
+    assert!(std::path::Path::new("/usr/bin/env").exists(), "deleting inside removed the host's file");
+
+    // Syscalls the seccomp allow-list refuses, called directly (a failing tool could hide a
+    // success). Each must return -1.
+    let probe = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {
+  "bpf": (321, 0, 0, 0),
+  "perf_event_open": (298, 0, 0, -1, -1, 0),
+  "io_uring_setup": (425, 1, 0),
+  "userfaultfd": (323, 0),
+  "keyctl": (250, 0, 0),
+  "add_key": (248, 0, 0, 0, 0, 0),
+  "kexec_load": (246, 0, 0, 0, 0),
+  "init_module": (175, 0, 0, 0),
+  "open_by_handle_at": (304, 0, 0, 0),
+  "unshare(CLONE_NEWUSER)": (272, 0x10000000),
+  "unshare(CLONE_NEWNS)": (272, 0x00020000),
+  "setns": (308, 0, 0),
+  "ptrace(ATTACH, 1)": (101, 16, 1, 0, 0),
+  "pivot_root": (155, 0, 0),
+}
+for name, args in calls.items():
+    r = libc.syscall(*[ctypes.c_long(a) for a in args])
+    print(name, r, os.strerror(ctypes.get_errno()) if r == -1 else "SUCCEEDED")
+"#;
+    let r = d.exec(&id, json!({ "cmd": ["python3", "-c", probe], "timeout_ms": 20_000 }));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let out = r["stdout"].as_str().unwrap();
+    assert_eq!(out.lines().count(), 14, "{out}");
+    for line in out.lines() {
+        assert!(!line.contains("SUCCEEDED"), "syscall allowed: {line}\n{out}");
+    }
+
+    // Signals to PID 1 from inside do not take the sandbox down.
+    let r = d.sh(&id, "kill -TERM 1; kill -KILL 1; kill -INT 1; sleep 0.2; echo alive");
+    assert_eq!(r["stdout"], "alive\n", "{r}");
+    assert_eq!(d.sh_ok(&id, "echo still"), "still\n");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn host_files_environment_and_processes_are_invisible() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+
+    // A canary in a host temp dir, never visible inside.
+    let host = tempdir("gbtest-canary-");
+    let secret = format!("host-secret-{}", rand_token(16));
+    let canary = host.path().join("canary.txt");
+    fs::write(&canary, &secret).unwrap();
+    let loose = std::path::PathBuf::from(format!("/tmp/glovebox-test-canary-{}", rand_token(8)));
+    fs::write(&loose, &secret).unwrap();
+    struct Rm(std::path::PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+    let _rm = Rm(loose.clone());
+    for p in [&canary, &loose] {
+        let r = d.sh(&id, &format!("cat '{}'", p.display()));
+        assert_ne!(r["exit_code"], 0, "host file visible: {r}");
+        assert!(!r["stdout"].as_str().unwrap().contains(&secret));
+    }
+    let tmp = d.sh_ok(&id, "ls -A /tmp");
+    assert!(!tmp.contains("glovebox-test-canary") && !tmp.contains("gbtest-"), "host /tmp leaks in: {tmp}");
+    assert_eq!(d.sh_ok(&id, "ls -A /root"), "", "/root inside is empty");
+    // The daemon's data dir (with the API key) and the run dir are not reachable.
+    for p in [d.data_dir.clone(), common::run_dir()] {
+        let r = d.sh(&id, &format!("ls '{}'", p.display()));
+        assert_ne!(r["exit_code"], 0, "{} visible inside: {r}", p.display());
+    }
+
+    // Nothing of the daemon's environment or command line, anywhere in the sandbox's /proc.
+    let env = d.sh_ok(&id, "env");
+    assert!(!env.contains("GLOVEBOX_TEST_CANARY") && !env.contains(&d.canary), "daemon env leaked: {env}");
+    let all = d.sh(&id, "cat /proc/*/environ /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n'");
+    let all = all["stdout"].as_str().unwrap();
+    assert!(!all.contains(&d.canary), "canary in some process's environ");
+    assert!(!all.contains(&d.key), "API key visible inside");
+
+    // Only the sandbox's own processes: the agent as PID 1 and the command.
+    // (The agent keeps a pre-forked spare spawner, `glovebox-agent spare`.)
+    let ps = d.sh_ok(&id, "ps -eo pid=,args=");
+    let procs: Vec<(u32, String)> = ps
+        .lines()
+        .map(|l| {
+            let l = l.trim_start();
+            let (pid, args) = l.split_once(' ').unwrap_or((l, ""));
+            (pid.parse().unwrap(), args.trim().to_string())
+        })
+        .collect();
+    assert_eq!(procs.first().map(|p| p.0), Some(1), "{ps}");
+    assert!(procs[0].1.starts_with("glovebox-agent"), "PID 1 is the agent: {ps}");
+    for (_, args) in &procs[1..] {
+        let ours = args.starts_with("glovebox-agent") || args.starts_with("sh -c ps") || args.starts_with("ps -eo");
+        assert!(ours, "foreign process visible: {args:?} in\n{ps}");
+    }
+
+    let host_name = fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let inside = d.sh_ok(&id, "hostname");
+    assert_ne!(inside.trim(), host_name.trim(), "hostname is the host's");
+    assert_eq!(inside.trim(), "glovebox");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn raw_sockets_and_network_are_refused() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let probe = r#"
+import socket
+for name, fam, typ in [("AF_PACKET/SOCK_RAW", socket.AF_PACKET, socket.SOCK_RAW),
+                       ("AF_INET/SOCK_RAW", socket.AF_INET, socket.SOCK_RAW),
+                       ("AF_INET6/SOCK_RAW", socket.AF_INET6, socket.SOCK_RAW),
+                       ("AF_PACKET/SOCK_DGRAM", socket.AF_PACKET, socket.SOCK_DGRAM)]:
+    try:
+        socket.socket(fam, typ)
+        print(name, "OPENED")
+    except OSError as e:
+        print(name, "refused", e.errno)
+"#;
+    let r = d.exec(&id, json!({ "cmd": ["python3", "-c", probe] }));
+    let out = r["stdout"].as_str().unwrap();
+    assert_eq!(out.lines().filter(|l| l.contains("refused")).count(), 4, "{out}");
+
+    // Loopback only: no other link, no route, no resolver.
+    let links = d.sh_ok(&id, "ip -o link show | awk -F': ' '{print $2}'");
+    assert_eq!(links.trim(), "lo", "{links}");
+    assert_eq!(d.sh_ok(&id, "ip route show; ip -6 route show | grep -v '^::1 ' | grep -v '^$' || true"), "");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn sandboxes_cannot_see_each_other() {
+    require_root!();
+    let d = Daemon::start();
+    let a = d.create(sandbox_body(json!({})));
+    let b = d.create(sandbox_body(json!({})));
+    let secret = rand_token(24);
+    d.sh_ok(&a, &format!("echo {secret} > /tmp/secret; echo {secret} > /home/user/secret"));
+    let (st, _) = d.post(
+        &format!("/v1/sandboxes/{a}/exec"),
+        &json!({ "cmd": ["sleep", "30"], "background": true, "timeout_ms": 30_000 }),
+    );
+    assert_eq!(st, 202);
+    for p in ["/tmp/secret", "/home/user/secret"] {
+        let r = d.sh(&b, &format!("cat {p}"));
+        assert_ne!(r["exit_code"], 0, "B reads A's {p}: {r}");
+    }
+    let r = d.sh(&b, &format!("grep -rs {secret} /tmp /home /dev/shm /var/tmp /run"));
+    assert_ne!(r["exit_code"], 0, "A's secret found in B: {r}");
+    assert!(!d.sh_ok(&b, "ps -eo comm").contains("sleep"), "B sees A's processes");
+    // Different host uid ranges.
+    let (ra, rb) = (d.uid_range(&a).unwrap(), d.uid_range(&b).unwrap());
+    assert!(ra.0 + ra.1 <= rb.0 || rb.0 + rb.1 <= ra.0, "uid ranges overlap: {ra:?} {rb:?}");
+    // A's sleep runs as A's range on the host, not B's.
+    let sleeps = common::poll(Duration::from_secs(5), Duration::from_millis(50), || {
+        let v = common::processes_in_range(ra).into_iter().filter(|p| p.comm == "sleep").count();
+        (v == 1).then_some(v)
+    });
+    assert_eq!(sleeps, Some(1), "A's command is in A's uid range");
+    assert!(common::processes_in_range(rb).iter().all(|p| p.comm != "sleep"));
+    d.shutdown_and_check_leaks();
+}

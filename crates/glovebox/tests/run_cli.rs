@@ -1,0 +1,181 @@
+//! End to end: `glovebox run` as a user types it, embedded (no daemon) and through a daemon.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{assert_no_leaks, cli_embedded, ids_in_log, run_bounded, tempdir, Daemon, Outcome};
+
+const T: Duration = Duration::from_secs(30);
+
+fn run(mut c: Command, args: &[&str], stdin: Option<&[u8]>) -> Outcome {
+    c.arg("run").args(args);
+    run_bounded(&mut c, stdin, T)
+}
+
+fn assert_out(o: &Outcome, code: i32, stdout: &str) {
+    assert_eq!((o.code(), o.stdout_str().as_str()), (Some(code), stdout), "stderr: {}", o.stderr_str());
+}
+
+#[test]
+fn embedded_run_prints_42_and_leaves_nothing() {
+    require_root!();
+    let dir = tempdir("gbtest-embedded-");
+    let o = run(cli_embedded(dir.path()), &["--", "python3", "-c", "print(6*7)"], None);
+    assert_out(&o, 0, "42\n");
+    let o2 = run(cli_embedded(dir.path()), &["--", "sh", "-c", "exit 3"], None);
+    assert_eq!(o2.code(), Some(3), "{}", o2.stderr_str());
+    let mut ids: BTreeSet<String> = ids_in_log(&o.stderr_str());
+    ids.extend(ids_in_log(&o2.stderr_str()));
+    assert_eq!(ids.len(), 2, "each run logs its sandbox: {}{}", o.stderr_str(), o2.stderr_str());
+    assert_no_leaks(&ids, &[o.pid, o2.pid]);
+}
+
+#[test]
+fn run_through_daemon_basics() {
+    require_root!();
+    let d = Daemon::start();
+
+    let o = run(d.cli(), &["--", "python3", "-c", "print(6*7)"], None);
+    assert_out(&o, 0, "42\n");
+
+    let o = run(d.cli(), &["--", "sh", "-c", "exit 3"], None);
+    assert_out(&o, 3, "");
+
+    let o = run(d.cli(), &["--", "cat"], Some(b"hi\n"));
+    assert_out(&o, 0, "hi\n");
+
+    let o = run(d.cli(), &["--env", "A=B", "--", "sh", "-c", "echo $A"], None);
+    assert_out(&o, 0, "B\n");
+
+    // stdout and stderr stay apart.
+    let o = run(d.cli(), &["--", "sh", "-c", "echo out; echo err >&2"], None);
+    assert_out(&o, 0, "out\n");
+    assert!(o.stderr_str().contains("err\n"), "{}", o.stderr_str());
+
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), b"file content\x00\xff\n").unwrap();
+    let spec = format!("{}:/home/user/x", local.path().display());
+    let o = run(d.cli(), &["--file", &spec, "--", "cat", "/home/user/x"], None);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    assert_eq!(o.stdout, b"file content\x00\xff\n", "binary-safe round trip");
+
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn run_timeout_exits_124_on_time() {
+    require_root!();
+    let d = Daemon::start();
+    let o = run(d.cli(), &["--timeout", "2s", "--", "python3", "-c", "while True: pass"], None);
+    assert_eq!(o.code(), Some(124), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("timed out"), "says why: {}", o.stderr_str());
+    assert!(o.elapsed >= Duration::from_secs(2), "returned before its budget: {:?}", o.elapsed);
+    assert!(o.elapsed < Duration::from_secs(4), "took {:?} for a 2 s budget", o.elapsed);
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn run_errors_are_clear() {
+    require_root!();
+    let d = Daemon::start();
+
+    // A missing program: 127, like a shell, with the name in the message.
+    let o = run(d.cli(), &["--", "no-such-program-xyz"], None);
+    assert_eq!(o.code(), Some(127), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("no-such-program-xyz"), "{}", o.stderr_str());
+
+    // A bad size: Glovebox's own failure (125), naming the value.
+    let o = run(d.cli(), &["--memory", "12Q", "--", "true"], None);
+    assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("12Q"), "{}", o.stderr_str());
+
+    let o = run(d.cli(), &["--timeout", "2 days", "--", "true"], None);
+    assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("bad duration"), "{}", o.stderr_str());
+
+    // Limits the daemon refuses: 125 with the daemon's reason.
+    let o = run(d.cli(), &["--memory", "1", "--", "true"], None);
+    assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("memory_mb"), "{}", o.stderr_str());
+
+    // An unknown flag: clap's usage error (2), naming the flag.
+    let o = run(d.cli(), &["--bogus", "--", "true"], None);
+    assert_eq!(o.code(), Some(2), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("--bogus"), "{}", o.stderr_str());
+
+    // --file that does not exist: refused before anything is created.
+    let o = run(d.cli(), &["--file", "/nonexistent/gbtest", "--", "true"], None);
+    assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("/nonexistent/gbtest"), "{}", o.stderr_str());
+
+    // A daemon that is not there: 125 with where it looked.
+    let mut c = Command::new(common::glovebox_bin());
+    c.env("GLOVEBOX_URL", "http://127.0.0.1:9").env("GLOVEBOX_API_KEY", "x");
+    let o = run(c, &["--", "true"], None);
+    assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("127.0.0.1:9"), "{}", o.stderr_str());
+
+    // A wrong key: 125 and "invalid API key".
+    let mut c = d.cli();
+    c.env("GLOVEBOX_API_KEY", "wrong");
+    let o = run(c, &["--", "true"], None);
+    assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("invalid API key"), "{}", o.stderr_str());
+
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn sandbox_and_files_subcommands() {
+    require_root!();
+    let d = Daemon::start();
+    let mut c = d.cli();
+    c.args(["sandbox", "create", "--timeout", "60s", "--memory", "128M"]);
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    let id = o.stdout_str().trim().to_string();
+    assert_eq!(id.len(), 16, "prints the id: {id:?}");
+    d.register(&id);
+
+    let mut c = d.cli();
+    c.args(["sandbox", "ls"]);
+    let o = run_bounded(&mut c, None, T);
+    assert!(o.stdout_str().contains(&id), "{}", o.stdout_str());
+
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), b"up and back\n").unwrap();
+    let mut c = d.cli();
+    c.args(["files", "put", &id]).arg(local.path()).arg("/home/user/f.txt");
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+
+    let mut c = d.cli();
+    c.args(["sandbox", "exec", &id, "--", "sh", "-c", "cat /home/user/f.txt; exit 4"]);
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!((o.code(), o.stdout_str().as_str()), (Some(4), "up and back\n"), "{}", o.stderr_str());
+
+    let mut c = d.cli();
+    c.args(["files", "get", &id, "/home/user/f.txt"]);
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.stdout, b"up and back\n", "{}", o.stderr_str());
+
+    let mut c = d.cli();
+    c.args(["files", "ls", &id]);
+    let o = run_bounded(&mut c, None, T);
+    assert!(o.stdout_str().contains("f.txt"), "{}", o.stdout_str());
+
+    let mut c = d.cli();
+    c.args(["sandbox", "kill", &id]);
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+
+    let mut c = d.cli();
+    c.args(["sandbox", "exec", &id, "--", "true"]);
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.code(), Some(125), "{}", o.stderr_str());
+    assert!(o.stderr_str().contains("sandbox_gone"), "{}", o.stderr_str());
+    d.shutdown_and_check_leaks();
+}
