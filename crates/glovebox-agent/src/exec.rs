@@ -253,7 +253,7 @@ impl Exec {
         if uid == 0 && spec.gid.unwrap_or(0) == 0 {
             let spare = lock(&self.0.spare).take();
             if let Some(sp) = spare {
-                match self.from_spare(sp, &argv, &env, &cwd, &spec) {
+                match self.start_on_spare(sp, &argv, &env, &cwd, &spec) {
                     Ok(cmd) => return Ok(cmd),
                     Err(e) => eprintln!("agent: spare unusable, starting directly: {e}"),
                 }
@@ -263,7 +263,7 @@ impl Exec {
     }
 
     /// Hands a job to a waiting spare.
-    fn from_spare(
+    fn start_on_spare(
         &self,
         sp: Spare,
         argv: &[String],
