@@ -200,7 +200,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
 }
 
 /// The daemon's URL and key for the client commands.
-fn remote() -> Result<Client> {
+pub fn remote() -> Result<Client> {
     let url = std::env::var("GLOVEBOX_URL").unwrap_or_else(|_| "http://127.0.0.1:7171".into());
     let key = match std::env::var("GLOVEBOX_API_KEY") {
         Ok(k) => k,
@@ -208,7 +208,7 @@ fn remote() -> Result<Client> {
             let dir = std::env::var("GLOVEBOX_DATA_DIR").unwrap_or_else(|_| "/var/lib/glovebox".into());
             std::fs::read_to_string(PathBuf::from(dir).join("api-key"))
                 .map(|k| k.trim().to_string())
-                .context("no API key: set GLOVEBOX_API_KEY")?
+                .context("no API key: set GLOVEBOX_API_KEY (the daemon prints it on first start)")?
         }
     };
     Client::new(&url, &key)

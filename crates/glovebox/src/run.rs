@@ -50,10 +50,9 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let files = a.files.iter().map(|f| parse_file_arg(f)).collect::<Result<Vec<_>>>()?;
     let stdin = read_stdin()?;
 
-    let (client, embedded) = match (std::env::var("GLOVEBOX_URL"), std::env::var("GLOVEBOX_API_KEY")) {
-        (Ok(url), Ok(key)) => (Client::new(&url, &key)?, None),
-        (Ok(_), Err(_)) => bail!("GLOVEBOX_URL is set but GLOVEBOX_API_KEY is not"),
-        _ => {
+    let (client, embedded) = match std::env::var("GLOVEBOX_URL") {
+        Ok(_) => (crate::remote()?, None),
+        Err(_) => {
             let e = Embedded::start(&a.data_dir).await?;
             (Client::new(&e.url, &e.key)?, Some(e))
         }
