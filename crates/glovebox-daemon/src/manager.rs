@@ -40,6 +40,8 @@ pub struct Config {
     pub agent_exe: PathBuf,
     pub cgroup_root: PathBuf,
     pub defaults: Limits,
+    /// Sandboxes of the `base` template kept booted ahead of requests (0 disables).
+    pub warm_pool: usize,
 }
 
 impl Config {
@@ -50,6 +52,7 @@ impl Config {
             agent_exe,
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             defaults: Limits::default(),
+            warm_pool: 0,
         }
     }
 }
@@ -94,6 +97,35 @@ pub struct Manager {
     skel: PathBuf,
     live: RwLock<HashMap<String, Arc<Sb>>>,
     gone: Mutex<(HashMap<String, EndReason>, VecDeque<String>)>,
+    /// Booted, never-used sandboxes with the default limits (see `Config::warm_pool`).
+    pool: Mutex<Vec<Booted>>,
+    pool_filling: std::sync::atomic::AtomicUsize,
+}
+
+/// A running jail not yet handed to anyone: what `boot` makes and `Sb` wraps.
+struct Booted {
+    id: String,
+    pid: i32,
+    pidfd: Option<std::os::fd::OwnedFd>,
+    socket: PathBuf,
+    dir: PathBuf,
+    cgroup: Box<dyn Cgroup>,
+    limits: Limits,
+    slot: Slot,
+}
+
+impl Booted {
+    /// Whether its agent still runs (a pidfd becomes readable when the process exits).
+    fn alive(&self) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags};
+        match &self.pidfd {
+            Some(fd) => {
+                let mut fds = [PollFd::new(fd, PollFlags::IN)];
+                matches!(poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(0))
+            }
+            None => false,
+        }
+    }
 }
 
 /// One live sandbox.
@@ -187,8 +219,11 @@ impl Manager {
             skel,
             live: RwLock::new(HashMap::new()),
             gone: Mutex::new((HashMap::new(), VecDeque::new())),
+            pool: Mutex::new(Vec::new()),
+            pool_filling: std::sync::atomic::AtomicUsize::new(0),
         });
         m.reconcile();
+        m.refill_pool();
         Ok(m)
     }
 
@@ -338,21 +373,89 @@ impl Manager {
                 return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
             }
         }
-        let id = random_token(16);
-        let this = self.clone();
-        let id2 = id.clone();
-        let sb = tokio::task::spawn_blocking(move || this.start(&id2, template, limits, timeout_s, req))
-            .await
-            .map_err(|e| Error::Internal(format!("create task: {e}")))??;
-        let sb = Arc::new(sb);
-        self.live.write().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), sb.clone());
+        let booted = match self.take_warm(&limits) {
+            Some(b) => b,
+            None => {
+                let this = self.clone();
+                let l = limits.clone();
+                tokio::task::spawn_blocking(move || this.boot(&random_token(16), &l))
+                    .await
+                    .map_err(|e| Error::Internal(format!("create task: {e}")))??
+            }
+        };
+        self.refill_pool();
+        let now = SystemTime::now();
+        let life = Duration::from_secs(timeout_s);
+        let sb = Arc::new(Sb {
+            id: booted.id,
+            template,
+            created_at: now,
+            limits,
+            metadata: req.metadata,
+            env: req.env,
+            network: req.network,
+            pid: booted.pid,
+            pidfd: booted.pidfd,
+            socket: booted.socket,
+            dir: booted.dir,
+            cgroup: booted.cgroup,
+            deadline: Mutex::new((Instant::now() + life, now + life)),
+            clock: Notify::new(),
+            _slot: booted.slot,
+        });
+        self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
         self.watch(sb.clone());
-        tracing::info!(sandbox = %id, pid = sb.pid, "sandbox started");
+        tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
         Ok(sb)
     }
 
+    /// A warm sandbox for `limits`, if one is ready: same disk size as the pool's (the tmpfs
+    /// size is fixed at boot); other limits are applied to its cgroups here.
+    fn take_warm(&self, limits: &Limits) -> Option<Booted> {
+        if limits.disk_mb != self.cfg.defaults.disk_mb {
+            return None;
+        }
+        loop {
+            let b = lock(&self.pool).pop()?;
+            if !b.alive() {
+                tracing::warn!(sandbox = %b.id, "warm sandbox died; discarding it");
+                discard(b);
+                continue;
+            }
+            if b.limits != *limits {
+                let cl =
+                    cgroup::Limits { memory_bytes: limits.memory_mb << 20, cpu_quota: limits.cpus, pids: limits.pids };
+                if let Err(e) = b.cgroup.set_limits(&cl) {
+                    tracing::warn!(sandbox = %b.id, "warm sandbox limits: {e}");
+                    discard(b);
+                    return None;
+                }
+            }
+            return Some(b);
+        }
+    }
+
+    /// Tops the warm pool up to its size in the background.
+    fn refill_pool(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        let want = self.cfg.warm_pool;
+        let have = lock(&self.pool).len() + self.pool_filling.load(Ordering::Acquire);
+        for _ in have..want {
+            self.pool_filling.fetch_add(1, Ordering::AcqRel);
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || {
+                let limits = this.cfg.defaults.clone();
+                match this.boot(&random_token(16), &limits) {
+                    Ok(b) => lock(&this.pool).push(b),
+                    Err(e) => tracing::warn!("warm pool: {e}"),
+                }
+                this.pool_filling.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    }
+
     /// Blocking part of create: slot, directory, cgroups, jail. Undoes all of it on failure.
-    fn start(&self, id: &str, template: String, limits: Limits, timeout_s: u64, req: CreateSandbox) -> Result<Sb> {
+    fn boot(&self, id: &str, limits: &Limits) -> Result<Booted> {
         let slot = self.slots.take(id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
         let dir = self.cfg.run_dir.join("sandboxes").join(id);
         let undo_dir = |d: &Path| {
@@ -409,25 +512,7 @@ impl Manager {
         };
         let pidfd = rustix::process::Pid::from_raw(pid)
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-        let now = SystemTime::now();
-        let life = Duration::from_secs(timeout_s);
-        Ok(Sb {
-            id: id.to_string(),
-            template,
-            created_at: now,
-            limits,
-            metadata: req.metadata,
-            env: req.env,
-            network: req.network,
-            pid,
-            pidfd,
-            socket,
-            dir,
-            cgroup: cg,
-            deadline: Mutex::new((Instant::now() + life, now + life)),
-            clock: Notify::new(),
-            _slot: slot,
-        })
+        Ok(Booted { id: id.to_string(), pid, pidfd, socket, dir, cgroup: cg, limits: limits.clone(), slot })
     }
 
     /// The lifetime clock and the agent-death watch of one sandbox.
@@ -509,6 +594,10 @@ impl Manager {
         for id in ids {
             self.destroy(&id, reason).await;
         }
+        let pooled: Vec<Booted> = lock(&self.pool).drain(..).collect();
+        for b in pooled {
+            discard(b);
+        }
         let _ = fs::remove_dir_all(&self.skel);
     }
 
@@ -534,23 +623,39 @@ impl Manager {
 /// all gone, so reaping it is the proof; the cgroup kill is the fallback for anything odd
 /// (e.g. the agent was not our child after a restart).
 fn teardown(sb: &Sb) -> std::result::Result<(), String> {
+    kill_and_release(&sb.id, sb.pidfd.as_ref(), &*sb.cgroup, &sb.dir)
+}
+
+/// Tears down a warm sandbox nobody got.
+fn discard(b: Booted) {
+    if let Err(e) = kill_and_release(&b.id, b.pidfd.as_ref(), &*b.cgroup, &b.dir) {
+        tracing::error!(sandbox = %b.id, "teardown: {e}");
+    }
+}
+
+fn kill_and_release(
+    id: &str,
+    pidfd: Option<&std::os::fd::OwnedFd>,
+    cgroup: &dyn Cgroup,
+    dir: &Path,
+) -> std::result::Result<(), String> {
     use rustix::process::{pidfd_send_signal, waitid, Signal, WaitId, WaitIdOptions};
     let mut reaped = false;
-    if let Some(fd) = &sb.pidfd {
+    if let Some(fd) = pidfd {
         let _ = pidfd_send_signal(fd, Signal::KILL);
         reaped = waitid(WaitId::PidFd(std::os::fd::AsFd::as_fd(fd)), WaitIdOptions::EXITED).is_ok();
     }
-    let destroyed = match sb.cgroup.destroy() {
+    let destroyed = match cgroup.destroy() {
         Ok(()) => Ok(()),
         Err(_) => {
             if !reaped {
-                tracing::debug!(sandbox = %sb.id, "agent not reaped; killing the cgroup");
+                tracing::debug!(sandbox = %id, "agent not reaped; killing the cgroup");
             }
-            let killed = sb.cgroup.kill_all().map(drop).map_err(|e| format!("kill: {e}"));
-            killed.and(sb.cgroup.destroy().map_err(|e| format!("cgroup: {e}")))
+            let killed = cgroup.kill_all().map(drop).map_err(|e| format!("kill: {e}"));
+            killed.and(cgroup.destroy().map_err(|e| format!("cgroup: {e}")))
         }
     };
-    let _ = fs::remove_dir_all(&sb.dir);
+    let _ = fs::remove_dir_all(dir);
     destroyed
 }
 

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use glovebox_daemon::manager::{Config, Manager};
 
-pub fn open_manager(data_dir: &Path) -> Result<Arc<Manager>> {
+pub fn open_manager(data_dir: &Path, warm_pool: usize) -> Result<Arc<Manager>> {
     if !rustix_is_root() {
         return Err(anyhow!("glovebox needs root to create sandboxes (namespaces, cgroups, id-mapped mounts)"));
     }
     let agent = glovebox_daemon::server::find_agent()
         .ok_or_else(|| anyhow!("glovebox-agent not found beside this binary (set GLOVEBOX_AGENT)"))?;
-    Manager::open(Config::new(data_dir.to_path_buf(), agent)).map_err(|e| anyhow!("{e}")).context("start")
+    let mut cfg = Config::new(data_dir.to_path_buf(), agent);
+    cfg.warm_pool = warm_pool;
+    Manager::open(cfg).map_err(|e| anyhow!("{e}")).context("start")
 }
 
 fn rustix_is_root() -> bool {
@@ -34,7 +36,8 @@ pub struct Embedded {
 
 impl Embedded {
     pub async fn start(data_dir: &Path) -> Result<Embedded> {
-        let manager = open_manager(data_dir)?;
+        // One-shot: a warm pool would only be booted to be thrown away.
+        let manager = open_manager(data_dir, 0)?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("bind loopback")?;
         let url = format!("http://{}", listener.local_addr()?);
         let key = glovebox_daemon::util::random_token(40);

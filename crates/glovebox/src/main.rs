@@ -55,6 +55,9 @@ struct ServeArgs {
     /// API key to require (default: the one in <data-dir>/api-key, created on first start).
     #[arg(long, env = "GLOVEBOX_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Sandboxes kept booted ahead of requests (default limits only; 0 disables).
+    #[arg(long, default_value_t = 2, env = "GLOVEBOX_WARM_POOL")]
+    warm_pool: usize,
 }
 
 #[derive(Args, Clone, Default)]
@@ -168,7 +171,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
 }
 
 async fn serve(a: ServeArgs) -> Result<()> {
-    let manager = embedded::open_manager(&a.data_dir)?;
+    let manager = embedded::open_manager(&a.data_dir, a.warm_pool)?;
     let key = match a.api_key {
         Some(k) if !k.trim().is_empty() => k.trim().to_string(),
         _ => {
