@@ -87,7 +87,20 @@ struct Cmd {
     version: watch::Sender<u64>,
     stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
     started: Instant,
+    /// Session-mode output channel (`ExecSpec::raw`): nothing is kept; readers wait for room.
+    raw: Option<Raw>,
 }
+
+/// One chunk of a command's output.
+type Chunk = (Kind, Arc<[u8]>);
+
+struct Raw {
+    tx: tokio::sync::mpsc::Sender<Chunk>,
+    rx: tokio::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Chunk>>>,
+}
+
+/// Chunks buffered for a session with nobody attached before its command blocks on output.
+const RAW_BACKLOG: usize = 64;
 
 struct State {
     chunks: Vec<(Kind, Arc<[u8]>)>,
@@ -174,7 +187,11 @@ impl Exec {
     }
 
     /// `Request::Exec`: start, then (unless background) stream until exit.
-    pub async fn run(&self, spec: ExecSpec, mut r: Reader, mut w: Writer) -> Result<(), ConnError> {
+    pub async fn run(&self, mut spec: ExecSpec, mut r: Reader, mut w: Writer) -> Result<(), ConnError> {
+        if spec.raw {
+            spec.background = true;
+            spec.stdin = true;
+        }
         let want_stdin = spec.stdin;
         let background = spec.background;
         let cmd = match self.spawn(spec).await {
@@ -215,6 +232,10 @@ impl Exec {
             version,
             stdin: tokio::sync::Mutex::new(None),
             started: Instant::now(),
+            raw: spec.raw.then(|| {
+                let (tx, rx) = tokio::sync::mpsc::channel(RAW_BACKLOG);
+                Raw { tx, rx: tokio::sync::Mutex::new(Some(rx)) }
+            }),
         })
     }
 
@@ -476,7 +497,14 @@ impl Exec {
                 loop {
                     match rx.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
-                        Ok(n) => c.push(kind, &buf[..n]),
+                        Ok(n) => match &c.raw {
+                            Some(raw) => {
+                                if raw.tx.send((kind, Arc::from(&buf[..n]))).await.is_err() {
+                                    return;
+                                }
+                            }
+                            None => c.push(kind, &buf[..n]),
+                        },
                     }
                 }
             }));
@@ -593,6 +621,75 @@ impl Exec {
             Some(c) => stream(&c, w).await,
             None => w.error(ErrorCode::NotFound, format!("no command {id}")).await,
         }
+    }
+
+    /// `Request::Session`: full-duplex attachment to a session-mode command.
+    pub async fn session(&self, id: u64, mut r: Reader, w: &mut Writer) -> Result<(), ConnError> {
+        let Some(c) = self.get(id) else {
+            return w.error(ErrorCode::NotFound, format!("no command {id}")).await;
+        };
+        let Some(raw) = &c.raw else {
+            return w.error(ErrorCode::InvalidArgument, format!("command {id} is not a session")).await;
+        };
+        let Some(mut rx) = raw.rx.lock().await.take() else {
+            return w.error(ErrorCode::AlreadyExists, format!("command {id} already has a session attached")).await;
+        };
+        // Stdin pump: frames from the daemon go to the command until the connection ends.
+        let c2 = c.clone();
+        let (gone_tx, mut gone) = oneshot::channel::<()>();
+        let pump = tokio::spawn(async move {
+            while let Ok(Some((kind, body))) = r.next().await {
+                match kind {
+                    Kind::Stdin => {
+                        let mut g = c2.stdin.lock().await;
+                        if let Some(tx) = g.as_mut() {
+                            if tx.write_all(&body).await.is_err() {
+                                *g = None;
+                            }
+                        }
+                    }
+                    Kind::Json => {
+                        if let Ok(Request::CloseStdin { .. }) = serde_json::from_slice::<Request>(&body) {
+                            *c2.stdin.lock().await = None;
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            let _ = gone_tx.send(());
+        });
+        let mut version = c.version.subscribe();
+        let result = loop {
+            let exit = lock(&c.st).exit.clone();
+            if let Some(exit) = exit {
+                while let Ok((k, b)) = rx.try_recv() {
+                    if let Err(e) = w.data(k, &b).await {
+                        pump.abort();
+                        return Err(e);
+                    }
+                }
+                break w.json(&Event::Exited(exit)).await;
+            }
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some((k, b)) => {
+                        if let Err(e) = w.data(k, &b).await {
+                            break Err(e);
+                        }
+                    }
+                    None => break Ok(()),
+                },
+                _ = &mut gone => break Ok(()),
+                ch = version.changed() => {
+                    if ch.is_err() {
+                        break Ok(());
+                    }
+                }
+            }
+        };
+        pump.abort();
+        *raw.rx.lock().await = Some(rx);
+        result
     }
 
     pub async fn signal(&self, id: u64, signal: i32, w: &mut Writer) -> Result<(), ConnError> {

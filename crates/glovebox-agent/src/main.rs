@@ -114,6 +114,7 @@ async fn handle(
         Request::Ping => w.json(&Reply::Pong { version: VERSION }).await,
         Request::Exec(spec) => exec.run(spec, r, w).await,
         Request::Attach { id } => exec.attach(id, &mut w).await,
+        Request::Session { id } => exec.session(id, r, &mut w).await,
         Request::Signal { id, signal } => exec.signal(id, signal, &mut w).await,
         Request::Stdin { id } => exec.stdin(id, &mut r, &mut w).await,
         Request::CloseStdin { id } => exec.close_stdin(id, &mut w).await,

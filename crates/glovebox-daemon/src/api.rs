@@ -45,6 +45,10 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/commands/{cid}/kill", post(signal))
         .route("/sandboxes/{id}/commands/{cid}/stdin", post(stdin))
         .route("/sandboxes/{id}/files", get(download).put(upload).delete(remove).layer(DefaultBodyLimit::disable()))
+        .route("/sandboxes/{id}/code", post(run_code))
+        .route("/sandboxes/{id}/contexts", post(create_context).get(list_contexts))
+        .route("/sandboxes/{id}/contexts/{cid}", axum::routing::delete(remove_context))
+        .route("/sandboxes/{id}/contexts/{cid}/restart", post(restart_context))
         .route("/sandboxes/{id}/files/list", get(list_dir))
         .route("/sandboxes/{id}/files/stat", get(stat))
         .route("/sandboxes/{id}/files/mkdir", post(mkdir))
@@ -115,6 +119,8 @@ impl From<Error> for ApiError {
             Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Error::SandboxNotFound(_) => (StatusCode::NOT_FOUND, "sandbox_not_found"),
             Error::NotFound { what: "template", .. } => (StatusCode::NOT_FOUND, "template_not_found"),
+            Error::NotFound { what: "context", .. } => (StatusCode::NOT_FOUND, "context_not_found"),
+            Error::NotFound { what: "command", .. } => (StatusCode::NOT_FOUND, "command_not_found"),
             Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Error::Gone { reason, .. } => {
                 let mut a = ApiError::new(StatusCode::GONE, "sandbox_gone", msg);
@@ -404,4 +410,56 @@ fn file_info(r: glovebox_proto::agent::Reply) -> ApiResult<Response> {
         glovebox_proto::agent::Reply::FileInfo(i) => Ok(json(StatusCode::OK, &i)),
         other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
     }
+}
+
+async fn run_code(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<glovebox_proto::api::RunCode>,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    if wants_ndjson(&headers) {
+        let stream = crate::code::run_code_stream(st.manager.clone(), sb, req)?;
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "application/x-ndjson")
+            .body(Body::from_stream(stream))
+            .map_err(|e| ApiError::from(Error::Internal(e.to_string())));
+    }
+    Ok(json(StatusCode::OK, &crate::code::run_code(&st.manager, &sb, req).await?))
+}
+
+async fn create_context(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(req): Json<glovebox_proto::api::CreateContext>,
+) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let cid = format!("ctx-{}", crate::util::random_token(12));
+    let k = std::sync::Arc::new(crate::code::Kernel::new(cid, req.language, req.cwd, sb.preload.as_deref()));
+    k.ensure(&sb.target()).await.map_err(|e| match e {
+        Error::Agent(m) => st.manager.agent_error(&id, m),
+        e => e,
+    })?;
+    sb.kernels.insert(k.clone());
+    Ok(json(StatusCode::CREATED, &k.view()))
+}
+
+async fn list_contexts(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    Ok(json(StatusCode::OK, &glovebox_proto::api::ContextList { contexts: sb.kernels.list() }))
+}
+
+async fn restart_context(State(st): State<AppState>, Path((id, cid)): Path<(String, String)>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let k = sb.kernels.get(&cid).ok_or_else(|| Error::NotFound { what: "context", name: cid.clone() })?;
+    k.restart(&sb.target()).await?;
+    Ok(json(StatusCode::OK, &k.view()))
+}
+
+async fn remove_context(State(st): State<AppState>, Path((id, cid)): Path<(String, String)>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let k = sb.kernels.remove(&cid).ok_or_else(|| Error::NotFound { what: "context", name: cid.clone() })?;
+    k.shutdown(&sb.target()).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -3,6 +3,7 @@
 //! embeds it (`glovebox run` without a daemon).
 
 pub mod api;
+pub mod code;
 pub mod error;
 pub mod manager;
 pub mod ops;

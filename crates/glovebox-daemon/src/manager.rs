@@ -102,8 +102,25 @@ pub struct Manager {
     pool_filling: std::sync::atomic::AtomicUsize,
 }
 
+/// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
+/// and what its python kernels preload.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub name: String,
+    pub layers: Vec<PathBuf>,
+    pub preload: Option<String>,
+}
+
+impl Template {
+    pub fn base() -> Template {
+        Template { name: "base".into(), layers: Vec::new(), preload: None }
+    }
+}
+
 /// A running jail not yet handed to anyone: what `boot` makes and `Sb` wraps.
 struct Booted {
+    template: String,
+    kernels: crate::code::Kernels,
     id: String,
     pid: i32,
     pidfd: Option<std::os::fd::OwnedFd>,
@@ -145,10 +162,18 @@ pub struct Sb {
     cgroup: Box<dyn Cgroup>,
     deadline: Mutex<(Instant, SystemTime)>,
     clock: Notify,
+    /// Code contexts (language kernels).
+    pub kernels: crate::code::Kernels,
+    /// Modules the template's python kernels preload.
+    pub preload: Option<String>,
     _slot: Slot,
 }
 
 impl Sb {
+    pub fn target(&self) -> crate::code::Target<'_> {
+        crate::code::Target { id: &self.id, socket: &self.socket }
+    }
+
     pub fn view(&self) -> Sandbox {
         Sandbox {
             id: self.id.clone(),
@@ -210,6 +235,11 @@ impl Manager {
         // start never replaces the tree under another's running sandboxes.
         let skel = cfg.run_dir.join("base").join(format!("host-{}", std::process::id()));
         glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
+        let kdir = skel.join(crate::code::KERNEL_DIR.trim_start_matches('/'));
+        fs::create_dir_all(&kdir).map_err(internal("kernel dir"))?;
+        for (name, body) in crate::code::KERNEL_FILES {
+            fs::write(kdir.join(name), body).map_err(internal("write kernel"))?;
+        }
         // Orphans reparent to us, so the agents we start stay our children to reap.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         let m = Arc::new(Manager {
@@ -361,9 +391,7 @@ impl Manager {
     pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
         let limits = self.limits_for(&req.resources)?;
         let template = req.template.clone().unwrap_or_else(|| "base".to_string());
-        if template != "base" {
-            return Err(Error::NotFound { what: "template", name: template });
-        }
+        let tpl = self.template(&template)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
         if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
             return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
@@ -373,14 +401,16 @@ impl Manager {
                 return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
             }
         }
-        let booted = match self.take_warm(&limits) {
-            Some(b) => b,
+        let (booted, warm) = match self.take_warm(&tpl.name, &limits) {
+            Some(b) => (b, true),
             None => {
                 let this = self.clone();
                 let l = limits.clone();
-                tokio::task::spawn_blocking(move || this.boot(&random_token(16), &l))
+                let t = tpl.clone();
+                let b = tokio::task::spawn_blocking(move || this.boot(&random_token(16), &l, &t))
                     .await
-                    .map_err(|e| Error::Internal(format!("create task: {e}")))??
+                    .map_err(|e| Error::Internal(format!("create task: {e}")))??;
+                (b, false)
             }
         };
         self.refill_pool();
@@ -401,22 +431,37 @@ impl Manager {
             cgroup: booted.cgroup,
             deadline: Mutex::new((Instant::now() + life, now + life)),
             clock: Notify::new(),
+            kernels: booted.kernels,
+            preload: tpl.preload.clone(),
             _slot: booted.slot,
         });
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
         self.watch(sb.clone());
+        if !warm && tpl.preload.is_some() {
+            // Start the kernel now so the first cell pays as little as possible.
+            let sb2 = sb.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::code::prewarm(&sb2.kernels, &sb2.target(), sb2.preload.as_deref()).await {
+                    tracing::warn!(sandbox = %sb2.id, "prewarm kernel: {e}");
+                }
+            });
+        }
         tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
         Ok(sb)
     }
 
     /// A warm sandbox for `limits`, if one is ready: same disk size as the pool's (the tmpfs
     /// size is fixed at boot); other limits are applied to its cgroups here.
-    fn take_warm(&self, limits: &Limits) -> Option<Booted> {
+    fn take_warm(&self, template: &str, limits: &Limits) -> Option<Booted> {
         if limits.disk_mb != self.cfg.defaults.disk_mb {
             return None;
         }
         loop {
-            let b = lock(&self.pool).pop()?;
+            let b = {
+                let mut pool = lock(&self.pool);
+                let i = pool.iter().position(|b| b.template == template)?;
+                pool.swap_remove(i)
+            };
             if !b.alive() {
                 tracing::warn!(sandbox = %b.id, "warm sandbox died; discarding it");
                 discard(b);
@@ -435,27 +480,87 @@ impl Manager {
         }
     }
 
-    /// Tops the warm pool up to its size in the background.
+    /// Tops the warm pool up to its size in the background: `warm_pool` sandboxes of each
+    /// available template, code-interpreter ones with their python kernel already started.
     fn refill_pool(self: &Arc<Self>) {
         use std::sync::atomic::Ordering;
         let want = self.cfg.warm_pool;
-        let have = lock(&self.pool).len() + self.pool_filling.load(Ordering::Acquire);
-        for _ in have..want {
+        if want == 0 {
+            return;
+        }
+        let mut templates = vec![Template::base()];
+        if let Ok(t) = self.template("code-interpreter") {
+            templates.push(t);
+        }
+        for tpl in templates {
+            let have = lock(&self.pool).iter().filter(|b| b.template == tpl.name).count();
+            let filling = self.pool_filling.load(Ordering::Acquire);
+            // One boot at a time per template: refills must not starve real requests.
+            if have >= want || filling > 0 {
+                continue;
+            }
             self.pool_filling.fetch_add(1, Ordering::AcqRel);
             let this = self.clone();
-            tokio::task::spawn_blocking(move || {
+            tokio::spawn(async move {
                 let limits = this.cfg.defaults.clone();
-                match this.boot(&random_token(16), &limits) {
-                    Ok(b) => lock(&this.pool).push(b),
-                    Err(e) => tracing::warn!("warm pool: {e}"),
+                let (m, t) = (this.clone(), tpl.clone());
+                let booted = tokio::task::spawn_blocking(move || m.boot(&random_token(16), &limits, &t)).await;
+                match booted {
+                    Ok(Ok(b)) => {
+                        let ok = match &tpl.preload {
+                            Some(p) => {
+                                let target = crate::code::Target { id: &b.id, socket: &b.socket };
+                                match crate::code::prewarm(&b.kernels, &target, Some(p)).await {
+                                    Ok(()) => true,
+                                    Err(e) => {
+                                        tracing::warn!(sandbox = %b.id, "warm kernel: {e}");
+                                        false
+                                    }
+                                }
+                            }
+                            None => true,
+                        };
+                        if ok {
+                            lock(&this.pool).push(b);
+                        } else {
+                            tokio::task::spawn_blocking(move || discard(b));
+                        }
+                    }
+                    Ok(Err(e)) => tracing::warn!("warm pool: {e}"),
+                    Err(e) => tracing::warn!("warm pool task: {e}"),
                 }
                 this.pool_filling.fetch_sub(1, Ordering::AcqRel);
+                // Keep going until the pool is full.
+                this.refill_pool();
             });
         }
     }
 
+    /// The template `name`: `base` (host /usr) or one built into the data dir.
+    pub fn template(&self, name: &str) -> Result<Template> {
+        match name {
+            "base" => Ok(Template::base()),
+            "code-interpreter" => {
+                let layer = self.cfg.data_dir.join("templates/code-interpreter/rootfs");
+                if layer.is_dir() {
+                    Ok(Template {
+                        name: name.to_string(),
+                        layers: vec![layer],
+                        preload: Some("numpy,pandas,matplotlib,matplotlib.pyplot".into()),
+                    })
+                } else {
+                    Err(Error::NotFound {
+                        what: "template",
+                        name: format!("{name} (build it with scripts/build-code-interpreter)"),
+                    })
+                }
+            }
+            _ => Err(Error::NotFound { what: "template", name: name.to_string() }),
+        }
+    }
+
     /// Blocking part of create: slot, directory, cgroups, jail. Undoes all of it on failure.
-    fn boot(&self, id: &str, limits: &Limits) -> Result<Booted> {
+    fn boot(&self, id: &str, limits: &Limits, tpl: &Template) -> Result<Booted> {
         let slot = self.slots.take(id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
         let dir = self.cfg.run_dir.join("sandboxes").join(id);
         let undo_dir = |d: &Path| {
@@ -489,7 +594,7 @@ impl Manager {
             hostname: "glovebox".into(),
             mount_dir: dir.join("mnt"),
             socket_path: socket.clone(),
-            layers: vec![self.skel.clone()],
+            layers: tpl.layers.iter().cloned().chain(std::iter::once(self.skel.clone())).collect(),
             host_usr: true,
             disk_bytes: limits.disk_mb << 20,
             shm_bytes: (limits.memory_mb << 20) / 2,
@@ -512,7 +617,18 @@ impl Manager {
         };
         let pidfd = rustix::process::Pid::from_raw(pid)
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-        Ok(Booted { id: id.to_string(), pid, pidfd, socket, dir, cgroup: cg, limits: limits.clone(), slot })
+        Ok(Booted {
+            template: tpl.name.clone(),
+            kernels: crate::code::Kernels::default(),
+            id: id.to_string(),
+            pid,
+            pidfd,
+            socket,
+            dir,
+            cgroup: cg,
+            limits: limits.clone(),
+            slot,
+        })
     }
 
     /// The lifetime clock and the agent-death watch of one sandbox.

@@ -58,6 +58,7 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
             uid: None,
             gid: None,
             background: req.background,
+            raw: false,
         },
         stdin,
     ))

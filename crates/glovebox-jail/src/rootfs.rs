@@ -103,7 +103,10 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         if !target.is_dir() {
             mkdir(&target, 0o755)?;
         }
-        overlay(&[usr_lower], &m.join("upper/usr"), &m.join("work/usr"), &target)?;
+        // Layers' own /usr content (e.g. packages in /usr/local) sits above the host's.
+        let mut usr_lowers: Vec<PathBuf> = lowers.iter().map(|l| l.join("usr")).filter(|p| p.is_dir()).collect();
+        usr_lowers.push(usr_lower);
+        overlay(&usr_lowers, &m.join("upper/usr"), &m.join("work/usr"), &target)?;
     }
 
     build_dev(&root.join("dev"), cfg.shm_bytes)?;

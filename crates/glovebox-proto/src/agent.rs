@@ -50,6 +50,10 @@ pub struct ExecSpec {
     /// Keep running after this connection ends; fetch with `Attach`.
     #[serde(default)]
     pub background: bool,
+    /// Session mode (language kernels): output is not kept but streamed, with backpressure,
+    /// to the one `Session` connection attached; implies `background` and `stdin`.
+    #[serde(default)]
+    pub raw: bool,
 }
 
 fn default_max_output() -> u64 {
@@ -68,6 +72,7 @@ impl ExecSpec {
             uid: None,
             gid: None,
             background: false,
+            raw: false,
         }
     }
 }
@@ -84,6 +89,10 @@ pub enum Request {
     /// Streams a command's output from the start (as much as was kept), then live output,
     /// then `Event::Exited`.
     Attach { id: u64 },
+    /// Attaches to a `raw` command full duplex: output frames flow out as they are read,
+    /// `Kind::Stdin` frames in go to its stdin; ends with `Event::Exited` when it exits.
+    /// One attachment at a time; when this connection closes the command keeps running.
+    Session { id: u64 },
     /// Sends a signal to a command's whole process group. Reply: `Reply::Ok`.
     Signal { id: u64, signal: i32 },
     /// Writes stdin to a background command: `Kind::Stdin` frames follow, then `CloseStdin`

@@ -280,6 +280,123 @@ pub struct ErrorDetail {
     pub reason: Option<EndReason>,
 }
 
+/// Languages of code contexts.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    #[default]
+    Python,
+    #[serde(alias = "js", alias = "node", alias = "typescript")]
+    Javascript,
+    #[serde(alias = "sh", alias = "shell")]
+    Bash,
+}
+
+impl Language {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Javascript => "javascript",
+            Language::Bash => "bash",
+        }
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/code`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RunCode {
+    pub code: String,
+    /// Ignored when `context_id` is given (the context has a language); default python.
+    #[serde(default)]
+    pub language: Option<Language>,
+    /// A context made with `POST …/contexts`; default: the sandbox's default context of the
+    /// language (created on first use).
+    #[serde(default)]
+    pub context_id: Option<String>,
+    /// Default 60 s; on expiry the cell is interrupted (KeyboardInterrupt) and the context kept.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Set in the context's environment before the cell runs (and kept).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// One rich result: a MIME bundle (`text/plain`, `text/html`, `image/png` (base64), …).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CodeResult {
+    /// The value of the cell's last expression (as opposed to `display(…)` and figures).
+    pub is_main_result: bool,
+    pub data: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Logs {
+    pub stdout: Vec<String>,
+    pub stderr: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CodeError {
+    pub name: String,
+    pub value: String,
+    pub traceback: String,
+}
+
+/// What a cell produced (the shape E2B users know).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Execution {
+    pub results: Vec<CodeResult>,
+    pub logs: Logs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<CodeError>,
+    pub execution_count: u64,
+    /// The context was restarted (its state lost) because the cell could not be interrupted
+    /// or the kernel died.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context_restarted: bool,
+}
+
+/// Lines of the NDJSON code stream (`Accept: application/x-ndjson`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CodeStreamLine {
+    Stdout {
+        text: String,
+    },
+    Stderr {
+        text: String,
+    },
+    Result(CodeResult),
+    Error(CodeError),
+    End {
+        execution_count: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        context_restarted: bool,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContext {
+    #[serde(default)]
+    pub language: Language,
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Context {
+    pub id: String,
+    pub language: Language,
+    pub cwd: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ContextList {
+    pub contexts: Vec<Context>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

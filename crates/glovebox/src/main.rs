@@ -91,6 +91,9 @@ impl LimitArgs {
 enum SandboxCmd {
     /// Create a sandbox and print its id.
     Create {
+        /// Template to start from (`base`, `code-interpreter`, …).
+        #[arg(long)]
+        template: Option<String>,
         /// Lifetime, e.g. 300s, 10m.
         #[arg(long)]
         timeout: Option<String>,
@@ -114,6 +117,20 @@ enum SandboxCmd {
         env: Vec<String>,
         #[arg(trailing_var_arg = true, required = true)]
         cmd: Vec<String>,
+    },
+    /// Run code in one of the sandbox's code contexts (state persists between calls).
+    Code {
+        id: String,
+        /// python, javascript or bash.
+        #[arg(long, default_value = "python")]
+        language: String,
+        /// A context id from `POST /v1/sandboxes/{id}/contexts` (default: the language's).
+        #[arg(long)]
+        context: Option<String>,
+        #[arg(long)]
+        timeout: Option<String>,
+        /// The code (`-` reads stdin).
+        code: String,
     },
     /// Destroy a sandbox.
     Kill { id: String },
@@ -231,8 +248,9 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
     let client = remote()?;
     match c {
-        SandboxCmd::Create { timeout, limits, env, metadata } => {
+        SandboxCmd::Create { template, timeout, limits, env, metadata } => {
             let req = CreateSandbox {
+                template,
                 timeout_s: timeout.as_deref().map(units::duration_s).transpose()?,
                 resources: limits.resources()?,
                 env: kv(&env, "--env")?,
@@ -268,6 +286,25 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 background: false,
             };
             return run::stream_to_terminal(&client, &id, &req).await;
+        }
+        SandboxCmd::Code { id, language, context, timeout, code } => {
+            let code = if code == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s).context("read code from stdin")?;
+                s
+            } else {
+                code
+            };
+            let language: api::Language = serde_json::from_value(serde_json::Value::String(language))
+                .map_err(|_| anyhow::anyhow!("--language must be python, javascript or bash"))?;
+            let req = api::RunCode {
+                code,
+                language: Some(language),
+                context_id: context,
+                timeout_ms: timeout.as_deref().map(units::duration_ms).transpose()?,
+                env: Default::default(),
+            };
+            return run::code_to_terminal(&client, &id, &req).await;
         }
         SandboxCmd::Kill { id } => client.kill(&id).await?,
     }

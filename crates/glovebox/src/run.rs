@@ -37,8 +37,17 @@ pub struct RunArgs {
     /// Data directory for the embedded daemon.
     #[arg(long, default_value = "/var/lib/glovebox", env = "GLOVEBOX_DATA_DIR")]
     data_dir: PathBuf,
+    /// Template to start from (`base`, `code-interpreter`, …).
+    #[arg(long)]
+    template: Option<String>,
+    /// Run this code in a code-interpreter context instead of a command (`-` reads stdin).
+    #[arg(long, conflicts_with = "cmd")]
+    code: Option<String>,
+    /// Language of `--code`: python, javascript or bash.
+    #[arg(long, default_value = "python", requires = "code")]
+    language: String,
     /// The command and its arguments (after `--`).
-    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    #[arg(trailing_var_arg = true, required_unless_present = "code", value_name = "CMD")]
     cmd: Vec<String>,
 }
 
@@ -48,7 +57,14 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     let resources = a.limits.resources()?;
     let env = kv(&a.env, "--env")?;
     let files = a.files.iter().map(|f| parse_file_arg(f)).collect::<Result<Vec<_>>>()?;
-    let stdin = read_stdin()?;
+    let code = match a.code.as_deref() {
+        Some("-") => Some(String::from_utf8(read_stdin()?.unwrap_or_default()).context("code on stdin is not UTF-8")?),
+        Some(c) => Some(c.to_string()),
+        None => None,
+    };
+    let language: api::Language = serde_json::from_value(serde_json::Value::String(a.language.clone()))
+        .map_err(|_| anyhow::anyhow!("--language must be python, javascript or bash"))?;
+    let stdin = if code.is_some() { None } else { read_stdin()? };
 
     let (client, embedded) = match std::env::var("GLOVEBOX_URL") {
         Ok(_) => (crate::remote()?, None),
@@ -66,6 +82,16 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         let r = async {
             for (local, path) in &files {
                 upload(&client, &sb.id, local, path).await?;
+            }
+            if let Some(code) = &code {
+                let req = api::RunCode {
+                    code: code.clone(),
+                    language: Some(language),
+                    context_id: None,
+                    timeout_ms: Some(timeout_ms.max(1)),
+                    env: Default::default(),
+                };
+                return code_to_terminal(&client, &sb.id, &req).await;
             }
             let exec = ExecRequest {
                 cmd: api::Command::Argv(a.cmd.clone()),
@@ -190,5 +216,66 @@ pub async fn stream_to_terminal(client: &Client, id: &str, req: &ExecRequest) ->
             Ok(())
         })
         .await?;
+    Ok(code)
+}
+
+/// Runs a cell and prints it like a notebook would: output as it comes, then results
+/// (text/plain; other MIME types summarised), the error's traceback on stderr.
+/// Exit code: 0, 1 on an error in the code, 124 on timeout.
+pub async fn code_to_terminal(client: &Client, id: &str, req: &api::RunCode) -> Result<i32> {
+    use futures_util::StreamExt;
+    let resp = client
+        .send(
+            client
+                .req(Method::POST, &format!("/v1/sandboxes/{id}/code"))
+                .header("accept", "application/x-ndjson")
+                .json(req),
+        )
+        .await?;
+    let mut body = resp.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut code = 0;
+    while let Some(chunk) = body.next().await {
+        buf.extend_from_slice(&chunk.context("reading the cell's output")?);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let l: api::CodeStreamLine = serde_json::from_slice(&line).context("bad stream line from the daemon")?;
+            match l {
+                api::CodeStreamLine::Stdout { text } => {
+                    print!("{text}");
+                    std::io::stdout().flush()?;
+                }
+                api::CodeStreamLine::Stderr { text } => eprint!("{text}"),
+                api::CodeStreamLine::Result(r) => {
+                    let mut others: Vec<&str> =
+                        r.data.keys().map(String::as_str).filter(|k| *k != "text/plain").collect();
+                    others.sort_unstable();
+                    if let Some(t) = r.data.get("text/plain").and_then(|v| v.as_str()) {
+                        if r.is_main_result || others.is_empty() {
+                            println!("{t}");
+                        }
+                    }
+                    if !others.is_empty() {
+                        eprintln!("glovebox: result with {}", others.join(", "));
+                    }
+                }
+                api::CodeStreamLine::Error(e) => {
+                    if !e.traceback.is_empty() {
+                        eprintln!("{}", e.traceback.trim_end());
+                    }
+                    eprintln!("{}: {}", e.name, e.value);
+                    code = if e.name == "TimeoutError" { EXIT_TIMEOUT } else { 1 };
+                    if e.name == "GloveboxError" {
+                        code = EXIT_ERROR;
+                    }
+                }
+                api::CodeStreamLine::End { context_restarted, .. } => {
+                    if context_restarted {
+                        eprintln!("glovebox: the context was restarted (its state is lost)");
+                    }
+                }
+            }
+        }
+    }
     Ok(code)
 }

@@ -1,0 +1,454 @@
+//! The code interpreter: long-lived language kernels (contexts) inside a sandbox.
+//!
+//! A kernel is a `raw` (session-mode) command run by the agent: the daemon holds one
+//! full-duplex session to it, writes one JSON request line per cell to its stdin and reads
+//! JSON event lines from its stdout (protocol in `kernels/python_kernel.py`). Kernel output
+//! is untrusted: lines are bounded, unknown events are skipped.
+//!
+//! Invariants: cells of one context run one at a time (the session lock); a cell that
+//! outlives its timeout is interrupted with SIGINT and, if it does not end within a grace
+//! period, the kernel is killed and the context restarted empty — the caller is told so
+//! (`context_restarted`); the sandbox is never wedged by a cell.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use glovebox_proto::agent::{Event, ExecSpec, Reply, Request};
+use glovebox_proto::api::{CodeError, CodeResult, CodeStreamLine, Context, Language};
+use glovebox_proto::frame::Kind;
+use glovebox_proto::io::{Reader, Writer};
+
+use crate::error::{Error, Result};
+use crate::manager::{Manager, Sb};
+
+/// What a kernel needs of its sandbox to start: the agent socket (a warm sandbox in the pool
+/// has no `Sb` yet).
+pub struct Target<'a> {
+    pub id: &'a str,
+    pub socket: &'a std::path::Path,
+}
+
+impl Target<'_> {
+    async fn connect(&self) -> Result<(Reader, Writer)> {
+        glovebox_proto::io::connect(self.socket).await.map_err(|e| Error::Agent(e.to_string()))
+    }
+}
+
+/// Where the kernels live inside every sandbox (written into the base skeleton).
+pub const KERNEL_DIR: &str = "/opt/glovebox/kernels";
+/// Longest event line accepted from a kernel (a large PNG is a few MiB of base64).
+const MAX_LINE: usize = 64 << 20;
+/// How long a kernel may take to start (imports of preloaded modules included).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// After SIGINT, how long a cell may take to end before its kernel is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+pub const DEFAULT_CELL_TIMEOUT_MS: u64 = 60_000;
+
+/// The kernel programs, embedded so every sandbox gets the daemon's own version.
+pub const KERNEL_FILES: &[(&str, &str)] = &[/*KERNELS*/];
+
+fn argv(lang: Language) -> Vec<String> {
+    let (prog, file) = match lang {
+        Language::Python => ("python3", "python_kernel.py"),
+        Language::Javascript => ("node", "node_kernel.js"),
+        Language::Bash => ("bash", "bash_kernel.sh"),
+    };
+    vec![prog.to_string(), format!("{KERNEL_DIR}/{file}")]
+}
+
+/// One context of one sandbox.
+pub struct Kernel {
+    pub id: String,
+    pub language: Language,
+    pub cwd: String,
+    /// Modules the python kernel imports before it reports ready.
+    preload: Option<String>,
+    st: tokio::sync::Mutex<KState>,
+}
+
+#[derive(Default)]
+struct KState {
+    /// The agent's command id of the running kernel.
+    cmd: Option<u64>,
+    session: Option<(Reader, Writer)>,
+    /// Whether the sandbox's environment was applied (with the first cell).
+    env_applied: bool,
+    /// Bytes of a partial line.
+    buf: Vec<u8>,
+    next: u64,
+}
+
+/// The contexts of a sandbox.
+#[derive(Default)]
+pub struct Kernels {
+    map: std::sync::Mutex<HashMap<String, Arc<Kernel>>>,
+}
+
+impl Kernels {
+    pub fn get(&self, id: &str) -> Option<Arc<Kernel>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    pub fn list(&self) -> Vec<Context> {
+        let mut v: Vec<Context> =
+            self.map.lock().unwrap_or_else(|p| p.into_inner()).values().map(|k| k.view()).collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// The default context of `lang` (id = the language's name), made if missing.
+    pub fn default_for(&self, lang: Language, preload: Option<&str>) -> Arc<Kernel> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(lang.as_str().to_string())
+            .or_insert_with(|| Arc::new(Kernel::new(lang.as_str().to_string(), lang, None, preload)))
+            .clone()
+    }
+
+    pub fn insert(&self, k: Arc<Kernel>) {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).insert(k.id.clone(), k);
+    }
+
+    pub fn remove(&self, id: &str) -> Option<Arc<Kernel>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+    }
+}
+
+/// Outcome of one cell, delivered event by event to `on`.
+pub struct CellEnd {
+    pub execution_count: u64,
+    pub context_restarted: bool,
+}
+
+impl Kernel {
+    pub fn new(id: String, language: Language, cwd: Option<String>, preload: Option<&str>) -> Kernel {
+        Kernel {
+            id,
+            language,
+            cwd: cwd.unwrap_or_else(|| "/home/user".to_string()),
+            preload: if language == Language::Python { preload.map(str::to_string) } else { None },
+            st: tokio::sync::Mutex::new(KState::default()),
+        }
+    }
+
+    pub fn view(&self) -> Context {
+        Context { id: self.id.clone(), language: self.language, cwd: self.cwd.clone() }
+    }
+
+    /// Starts the kernel if it is not running.
+    pub async fn ensure(&self, t: &Target<'_>) -> Result<()> {
+        let mut st = self.st.lock().await;
+        self.start_locked(t, &mut st).await
+    }
+
+    async fn start_locked(&self, t: &Target<'_>, st: &mut KState) -> Result<()> {
+        if st.session.is_some() {
+            return Ok(());
+        }
+        st.env_applied = false;
+        let mut env = std::collections::BTreeMap::new();
+        env.insert("MPLBACKEND".into(), "Agg".into());
+        env.insert("PYTHONUNBUFFERED".into(), "1".into());
+        if let Some(p) = &self.preload {
+            env.insert("GLOVEBOX_PRELOAD".into(), p.clone());
+        }
+        let mut spec = ExecSpec::argv(argv(self.language));
+        spec.cwd = Some(self.cwd.clone());
+        spec.env = env;
+        spec.raw = true;
+        let (mut r, mut w) = t.connect().await?;
+        w.json(&Request::Exec(spec)).await?;
+        let v = r.json::<serde_json::Value>().await?;
+        let id = match serde_json::from_value::<Event>(v.clone()) {
+            Ok(Event::Started { id, .. }) => id,
+            _ => {
+                let msg = match serde_json::from_value::<Reply>(v) {
+                    Ok(Reply::Error { message, .. }) => message,
+                    _ => "unexpected reply".into(),
+                };
+                return Err(Error::Agent(format!("start {} kernel: {msg}", self.language.as_str())));
+            }
+        };
+        drop((r, w));
+        let (r, mut w) = t.connect().await?;
+        w.json(&Request::Session { id }).await?;
+        st.cmd = Some(id);
+        st.session = Some((r, w));
+        st.buf.clear();
+        // Wait for `ready`.
+        let ready = tokio::time::timeout(START_TIMEOUT, async {
+            loop {
+                match next_line(st).await? {
+                    Some(v) if v.get("type").and_then(|t| t.as_str()) == Some("ready") => return Ok(()),
+                    Some(_) => continue,
+                    None => {
+                        return Err(Error::Invalid(format!(
+                            "the {} kernel exited while starting (is {} installed in this sandbox?)",
+                            self.language.as_str(),
+                            argv(self.language)[0]
+                        )))
+                    }
+                }
+            }
+        })
+        .await;
+        match ready {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.kill_locked(t, st).await;
+                Err(e)
+            }
+            Err(_) => {
+                self.kill_locked(t, st).await;
+                Err(Error::Agent(format!(
+                    "the {} kernel did not start within {START_TIMEOUT:?}",
+                    self.language.as_str()
+                )))
+            }
+        }
+    }
+
+    async fn kill_locked(&self, t: &Target<'_>, st: &mut KState) {
+        st.session = None;
+        st.buf.clear();
+        if let Some(id) = st.cmd.take() {
+            for req in [Request::Signal { id, signal: libc::SIGKILL }, Request::Release { id }] {
+                if let Ok((mut r, mut w)) = t.connect().await {
+                    if w.json(&req).await.is_ok() {
+                        let _ = r.json::<Reply>().await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills the kernel and starts a fresh one.
+    pub async fn restart(&self, t: &Target<'_>) -> Result<()> {
+        let mut st = self.st.lock().await;
+        self.kill_locked(t, &mut st).await;
+        self.start_locked(t, &mut st).await
+    }
+
+    pub async fn shutdown(&self, t: &Target<'_>) {
+        let mut st = self.st.lock().await;
+        self.kill_locked(t, &mut st).await;
+    }
+
+    /// Runs one cell, calling `on` for every stdout/stderr/result/error as it happens.
+    pub async fn run(
+        &self,
+        m: &Manager,
+        sb: &Sb,
+        code: &str,
+        env: &std::collections::BTreeMap<String, String>,
+        timeout: Duration,
+        mut on: impl FnMut(CodeStreamLine),
+    ) -> Result<CellEnd> {
+        let t = sb.target();
+        let t = &t;
+        let mut st = self.st.lock().await;
+        self.start_locked(t, &mut st).await.map_err(|e| match e {
+            Error::Agent(msg) => m.agent_error(&sb.id, msg),
+            e => e,
+        })?;
+        st.next += 1;
+        let req_id = format!("c{}", st.next);
+        let mut req = serde_json::json!({ "id": req_id, "code": code });
+        let mut cell_env = std::collections::BTreeMap::new();
+        if !st.env_applied {
+            cell_env.extend(sb.env.clone());
+            st.env_applied = true;
+        }
+        cell_env.extend(env.clone());
+        if !cell_env.is_empty() {
+            req["env"] = serde_json::to_value(&cell_env).unwrap_or_default();
+        }
+        let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
+        line.push(b'\n');
+        if let Some((_, w)) = st.session.as_mut() {
+            w.data(Kind::Stdin, &line).await?;
+            w.flush().await?;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut interrupted = false;
+        loop {
+            let limit = if interrupted { deadline + INTERRUPT_GRACE } else { deadline };
+            let next = tokio::time::timeout_at(limit, next_line(&mut st)).await;
+            match next {
+                Err(_) if !interrupted => {
+                    interrupted = true;
+                    if let Some(id) = st.cmd {
+                        let _ = m.agent_call(sb, &Request::Signal { id, signal: libc::SIGINT }).await;
+                    }
+                }
+                Err(_) => {
+                    // The cell ignored the interrupt: kill the kernel, start over next time.
+                    self.kill_locked(t, &mut st).await;
+                    on(CodeStreamLine::Error(timeout_error(timeout)));
+                    return Ok(CellEnd { execution_count: 0, context_restarted: true });
+                }
+                Ok(Err(e)) => {
+                    self.kill_locked(t, &mut st).await;
+                    return Err(m.agent_error(&sb.id, e));
+                }
+                Ok(Ok(None)) => {
+                    // The kernel died mid-cell (e.g. out of memory, or `os._exit`).
+                    self.kill_locked(t, &mut st).await;
+                    let reason = if sb.oom_kills() > 0 { "out of memory" } else { "exited" };
+                    on(CodeStreamLine::Error(CodeError {
+                        name: "KernelDied".into(),
+                        value: format!(
+                            "the {} kernel {reason} during the cell; its state is lost",
+                            self.language.as_str()
+                        ),
+                        traceback: String::new(),
+                    }));
+                    return Ok(CellEnd { execution_count: 0, context_restarted: true });
+                }
+                Ok(Ok(Some(ev))) => {
+                    if ev.get("id").and_then(|v| v.as_str()) != Some(req_id.as_str()) {
+                        continue;
+                    }
+                    let text = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+                    match ev.get("type").and_then(|t| t.as_str()) {
+                        Some("stdout") => on(CodeStreamLine::Stdout { text: text("text") }),
+                        Some("stderr") => on(CodeStreamLine::Stderr { text: text("text") }),
+                        Some("result") => {
+                            let data = ev
+                                .get("data")
+                                .and_then(|d| d.as_object())
+                                .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                                .unwrap_or_default();
+                            let is_main_result = ev.get("is_main_result").and_then(|v| v.as_bool()).unwrap_or(false);
+                            on(CodeStreamLine::Result(CodeResult { is_main_result, data }));
+                        }
+                        Some("error") => {
+                            let mut e =
+                                CodeError { name: text("name"), value: text("value"), traceback: text("traceback") };
+                            if interrupted && e.name == "KeyboardInterrupt" {
+                                e = CodeError { traceback: e.traceback, ..timeout_error(timeout) };
+                            }
+                            on(CodeStreamLine::Error(e));
+                        }
+                        Some("end") => {
+                            let n = ev.get("execution_count").and_then(|v| v.as_u64()).unwrap_or(0);
+                            return Ok(CellEnd { execution_count: n, context_restarted: false });
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn timeout_error(t: Duration) -> CodeError {
+    CodeError {
+        name: "TimeoutError".into(),
+        value: format!("execution timed out after {} ms", t.as_millis()),
+        traceback: String::new(),
+    }
+}
+
+/// The next JSON event line of the kernel; `None` when the kernel exited.
+async fn next_line(st: &mut KState) -> Result<Option<serde_json::Value>> {
+    loop {
+        if let Some(nl) = st.buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = st.buf.drain(..=nl).collect();
+            match serde_json::from_slice::<serde_json::Value>(&line) {
+                Ok(v) if v.is_object() => return Ok(Some(v)),
+                // Not protocol (a kernel bug, or stray bytes): skip it.
+                _ => continue,
+            }
+        }
+        if st.buf.len() > MAX_LINE {
+            return Err(Error::Agent("kernel sent an over-long line".into()));
+        }
+        let Some((r, _)) = st.session.as_mut() else { return Ok(None) };
+        match r.next().await {
+            Ok(Some((Kind::Stdout, b))) => st.buf.extend_from_slice(&b),
+            // The kernel's own stderr (its crash report, if any) is not protocol.
+            Ok(Some((Kind::Stderr, _))) => {}
+            Ok(Some((Kind::Json, _))) | Ok(None) => return Ok(None),
+            Ok(Some(_)) => {}
+            Err(e) => return Err(Error::Agent(e.to_string())),
+        }
+    }
+}
+
+/// Starts the default python context of a sandbox and waits until it is ready (warm
+/// kernels: the pool does this before handing a sandbox out).
+pub async fn prewarm(kernels: &Kernels, t: &Target<'_>, preload: Option<&str>) -> Result<()> {
+    kernels.default_for(Language::Python, preload).ensure(t).await
+}
+
+/// Resolves the context a `RunCode` asks for.
+fn context_for(sb: &Sb, req: &glovebox_proto::api::RunCode) -> Result<Arc<Kernel>> {
+    match &req.context_id {
+        Some(id) => sb.kernels.get(id).ok_or_else(|| Error::NotFound { what: "context", name: id.clone() }),
+        None => Ok(sb.kernels.default_for(req.language.unwrap_or_default(), sb.preload.as_deref())),
+    }
+}
+
+fn cell_timeout(req: &glovebox_proto::api::RunCode) -> Result<Duration> {
+    let ms = req.timeout_ms.unwrap_or(DEFAULT_CELL_TIMEOUT_MS);
+    if ms == 0 || ms > glovebox_proto::api::MAX_TIMEOUT_S * 1000 {
+        return Err(Error::Invalid("timeout_ms must be between 1 and 86400000".into()));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Runs a cell and collects everything into an `Execution`.
+pub async fn run_code(
+    m: &Manager,
+    sb: &Sb,
+    req: glovebox_proto::api::RunCode,
+) -> Result<glovebox_proto::api::Execution> {
+    let k = context_for(sb, &req)?;
+    let timeout = cell_timeout(&req)?;
+    let mut ex = glovebox_proto::api::Execution::default();
+    let end = k
+        .run(m, sb, &req.code, &req.env, timeout, |line| match line {
+            CodeStreamLine::Stdout { text } => ex.logs.stdout.push(text),
+            CodeStreamLine::Stderr { text } => ex.logs.stderr.push(text),
+            CodeStreamLine::Result(r) => ex.results.push(r),
+            CodeStreamLine::Error(e) => ex.error = Some(e),
+            CodeStreamLine::End { .. } => {}
+        })
+        .await?;
+    ex.execution_count = end.execution_count;
+    ex.context_restarted = end.context_restarted;
+    Ok(ex)
+}
+
+/// The NDJSON stream of a cell: its events as they happen, then `end`.
+pub fn run_code_stream(
+    m: Arc<Manager>,
+    sb: Arc<Sb>,
+    req: glovebox_proto::api::RunCode,
+) -> Result<impl futures_util::Stream<Item = std::result::Result<bytes::Bytes, std::io::Error>>> {
+    let k = context_for(&sb, &req)?;
+    let timeout = cell_timeout(&req)?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<CodeStreamLine>();
+    tokio::spawn(async move {
+        let tx2 = tx.clone();
+        let end = k.run(&m, &sb, &req.code, &req.env, timeout, move |l| {
+            let _ = tx2.send(l);
+        });
+        let last = match end.await {
+            Ok(e) => CodeStreamLine::End { execution_count: e.execution_count, context_restarted: e.context_restarted },
+            Err(e) => CodeStreamLine::Error(CodeError {
+                name: "GloveboxError".into(),
+                value: crate::api::ApiError::from(e).into_detail().message,
+                traceback: String::new(),
+            }),
+        };
+        let _ = tx.send(last);
+    });
+    use futures_util::StreamExt;
+    Ok(tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(|l| {
+        let mut v = serde_json::to_vec(&l).unwrap_or_default();
+        v.push(b'\n');
+        Ok(bytes::Bytes::from(v))
+    }))
+}
