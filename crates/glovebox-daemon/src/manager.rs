@@ -40,19 +40,24 @@ pub struct Config {
     pub agent_exe: PathBuf,
     pub cgroup_root: PathBuf,
     pub defaults: Limits,
-    /// Sandboxes of the `base` template kept booted ahead of requests (0 disables).
+    /// Sandboxes of each template kept booted ahead of requests (0 disables).
     pub warm_pool: usize,
+    /// Where built templates live (default `<data_dir>/templates`).
+    pub templates_dir: PathBuf,
 }
 
 impl Config {
     pub fn new(data_dir: PathBuf, agent_exe: PathBuf) -> Config {
         Config {
-            data_dir,
             run_dir: default_run_dir(),
             agent_exe,
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             defaults: Limits::default(),
             warm_pool: 0,
+            templates_dir: std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| data_dir.join("templates")),
+            data_dir,
         }
     }
 }
@@ -541,7 +546,7 @@ impl Manager {
         match name {
             "base" => Ok(Template::base()),
             "code-interpreter" => {
-                let layer = self.cfg.data_dir.join("templates/code-interpreter/rootfs");
+                let layer = self.cfg.templates_dir.join("code-interpreter/rootfs");
                 if layer.is_dir() {
                     Ok(Template {
                         name: name.to_string(),
