@@ -221,8 +221,23 @@ fn background_commands_list_and_kill() {
     assert_eq!(st, 400, "{v}");
     let (st, v) = d.post(&format!("{base}/{done}/kill"), &json!({ "signal": 9, "bogus": 1 }));
     assert_eq!(st, 400, "{v}");
-    let (st, v) = d.send(d.req(Method::POST, &format!("{base}/999999/stdin")).body("x"));
-    assert_eq!(st, 404, "{v}");
+    d.shutdown_and_check_leaks();
+}
+
+/// Stdin for a command that does not exist is a 404, every time (the agent answers and
+/// hangs up before the daemon has written the data: the reply must win over the EPIPE).
+#[test]
+fn stdin_to_an_unknown_command_is_404() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..200 {
+        let (st, v) =
+            d.send(d.req(Method::POST, &format!("/v1/sandboxes/{id}/commands/999999/stdin")).body(vec![b'x'; 1 << 20]));
+        seen.entry(st).or_insert(v);
+    }
+    assert_eq!(seen.keys().copied().collect::<Vec<_>>(), [404], "{seen:?}");
     d.shutdown_and_check_leaks();
 }
 

@@ -46,15 +46,51 @@ pub fn uid_range_of(id: &str) -> Option<(u32, u32)> {
     None
 }
 
+/// The `glovebox` binary under test, with a `glovebox-agent` beside it that is not older
+/// than its sources. (`cargo test -p glovebox` rebuilds `glovebox` but not the agent, and an
+/// agent from before a protocol change makes every exec fail; `--workspace` builds both.)
 pub fn glovebox_bin() -> PathBuf {
+    static FRESH: std::sync::Once = std::sync::Once::new();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_glovebox"));
     let agent = bin.with_file_name("glovebox-agent");
-    assert!(
-        agent.is_file(),
-        "{} is missing: build the workspace first (`cargo build` or `cargo test --workspace`)",
-        agent.display()
-    );
+    FRESH.call_once(|| {
+        if agent_is_fresh(&agent) {
+            return;
+        }
+        eprintln!("{} is missing or older than its sources: building it", agent.display());
+        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        c.args(["build", "-p", "glovebox-agent"]).current_dir(env!("CARGO_MANIFEST_DIR"));
+        if bin.components().any(|c| c.as_os_str() == "release") {
+            c.arg("--release");
+        }
+        let o = run_bounded(&mut c, None, Duration::from_secs(600));
+        assert!(o.status.success(), "cargo build -p glovebox-agent failed:\n{}", o.stderr_str());
+    });
+    assert!(agent.is_file(), "{} is missing: run `cargo build --workspace`", agent.display());
     bin
+}
+
+fn newest_mtime(p: &Path) -> Option<std::time::SystemTime> {
+    let md = fs::metadata(p).ok()?;
+    let mut t = md.modified().ok()?;
+    if md.is_dir() {
+        for e in fs::read_dir(p).ok()?.flatten() {
+            if let Some(m) = newest_mtime(&e.path()) {
+                t = t.max(m);
+            }
+        }
+    }
+    Some(t)
+}
+
+fn agent_is_fresh(agent: &Path) -> bool {
+    let Some(built) = fs::metadata(agent).and_then(|m| m.modified()).ok() else { return false };
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sources = ["glovebox-agent", "glovebox-proto", "glovebox-jail"]
+        .iter()
+        .flat_map(|c| [crates.join(c).join("src"), crates.join(c).join("Cargo.toml")])
+        .chain([crates.join("../Cargo.lock")]);
+    sources.filter_map(|p| newest_mtime(&p)).all(|t| t <= built)
 }
 
 /// Whether we can run privileged tests. CI runs as root, so there they always run; a
@@ -598,6 +634,9 @@ impl Daemon {
         let mut pids = self.old_pids.clone();
         pids.push(self.pid);
         assert_no_leaks(&ids, &pids);
+        let dd = self.data_dir.to_string_lossy().into_owned();
+        let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        assert!(!mounts.contains(&dd), "a host mount under the data dir {dd} is left");
     }
 }
 
@@ -668,14 +707,23 @@ impl Prng {
         z ^ (z >> 31)
     }
 
-    pub fn fill(&mut self, out: &mut [u8]) {
-        for b in out {
-            if self.pos == 8 {
-                self.buf = self.next_u64().to_le_bytes();
-                self.pos = 0;
-            }
-            *b = self.buf[self.pos];
+    pub fn fill(&mut self, mut out: &mut [u8]) {
+        // Drain the buffered word, then whole words, then buffer one for the tail.
+        while self.pos < 8 && !out.is_empty() {
+            out[0] = self.buf[self.pos];
             self.pos += 1;
+            out = &mut out[1..];
+        }
+        let mut chunks = out.chunks_exact_mut(8);
+        for c in &mut chunks {
+            c.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            self.buf = self.next_u64().to_le_bytes();
+            let n = tail.len();
+            tail.copy_from_slice(&self.buf[..n]);
+            self.pos = n;
         }
     }
 }

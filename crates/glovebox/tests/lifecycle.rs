@@ -1,0 +1,160 @@
+//! Sandbox lifetimes: the lifetime clock, deletion, extension, agent death, and what later
+//! calls say about a sandbox that is gone.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{processes_of, sandbox_body, Daemon};
+use serde_json::{json, Value};
+
+/// Polls GET until the sandbox is gone; returns (elapsed, body).
+fn wait_gone(d: &Daemon, id: &str, within: Duration) -> (Duration, Value) {
+    let t = Instant::now();
+    common::poll(within, Duration::from_millis(50), || {
+        let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+        (st == 410).then_some((t.elapsed(), v))
+    })
+    .unwrap_or_else(|| panic!("sandbox {id} still there after {within:?}: {:?}", d.get(&format!("/v1/sandboxes/{id}"))))
+}
+
+fn assert_gone(v: &Value, reason: &str) {
+    assert_eq!(v["error"]["code"], "sandbox_gone", "{v}");
+    assert_eq!(v["error"]["reason"], reason, "{v}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains(reason)), "{v}");
+}
+
+fn assert_nothing_left(id: &str) {
+    let left = common::poll(Duration::from_secs(3), Duration::from_millis(50), || {
+        (processes_of(id).is_empty() && common::cgroup_dirs(id).is_empty()).then_some(())
+    });
+    assert!(left.is_some(), "after its end, sandbox {id} left {:?} {:?}", processes_of(id), common::cgroup_dirs(id));
+}
+
+#[test]
+fn lifetime_runs_out() {
+    require_root!();
+    let d = Daemon::start();
+    let t = Instant::now();
+    let id = d.create(json!({ "timeout_s": 2 }));
+    // A command running at the deadline ends with the sandbox, and says why.
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/exec"), &json!({ "cmd": ["sleep", "300"], "timeout_ms": 0 }));
+    let took = t.elapsed();
+    assert_eq!(st, 410, "{v}");
+    assert_gone(&v, "timeout");
+    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(5), "ended after {took:?}");
+    let (_, v) = wait_gone(&d, &id, Duration::from_secs(5));
+    assert_gone(&v, "timeout");
+    assert_nothing_left(&id);
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/exec"), &json!({ "cmd": ["true"] }));
+    assert_eq!(st, 410, "{v}");
+    assert_gone(&v, "timeout");
+    let (_, list) = d.get("/v1/sandboxes");
+    assert!(!list.to_string().contains(&id), "a gone sandbox is not listed: {list}");
+
+    // An idle one goes too, on time.
+    let t = Instant::now();
+    let id = d.create(json!({ "timeout_s": 2 }));
+    let (_, v) = wait_gone(&d, &id, Duration::from_secs(5));
+    assert_gone(&v, "timeout");
+    assert!(t.elapsed() >= Duration::from_millis(1900), "gone early: {:?}", t.elapsed());
+    assert_nothing_left(&id);
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn delete_then_gone_with_reason_killed() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    d.sh_ok(&id, "echo hi");
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/exec"), &json!({ "cmd": ["sleep", "300"], "background": true }));
+    assert_eq!(st, 202, "{v}");
+    assert!(!processes_of(&id).is_empty(), "the sandbox runs on the host");
+    let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 204, "{v}");
+    let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 410, "{v}");
+    assert_gone(&v, "killed");
+    let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 410, "deleting twice: {v}");
+    assert_gone(&v, "killed");
+    let (st, v) = d.get(&format!("/v1/sandboxes/{id}/files/list?path=/"));
+    assert_eq!(st, 410, "{v}");
+    assert_nothing_left(&id);
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn set_timeout_extends_and_shortens() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(json!({ "timeout_s": 3 }));
+    let (_, before) = d.get(&format!("/v1/sandboxes/{id}"));
+    let (st, after) = d.post(&format!("/v1/sandboxes/{id}/timeout"), &json!({ "timeout_s": 600 }));
+    assert_eq!(st, 200, "{after}");
+    let (b, a) = (before["expires_at"].as_str().unwrap(), after["expires_at"].as_str().unwrap());
+    assert!(a > b, "expires_at did not move: {b} -> {a}");
+    let (_, now) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(now["expires_at"], after["expires_at"]);
+    // Past the original deadline it is still alive.
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(d.sh_ok(&id, "echo alive"), "alive\n");
+    // Shortened, it ends at the new deadline.
+    let t = Instant::now();
+    let (st, _) = d.post(&format!("/v1/sandboxes/{id}/timeout"), &json!({ "timeout_s": 1 }));
+    assert_eq!(st, 200);
+    let (_, v) = wait_gone(&d, &id, Duration::from_secs(4));
+    assert_gone(&v, "timeout");
+    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/timeout"), &json!({ "timeout_s": 100 }));
+    assert_eq!(st, 410, "cannot revive: {v}");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn agent_death_is_reported() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let agent = processes_of(&id)
+        .into_iter()
+        .find(|p| p.ppid == d.pid())
+        .unwrap_or_else(|| panic!("no agent child of the daemon among {:?}", processes_of(&id)));
+    let o = common::run_bounded(
+        std::process::Command::new("kill").args(["-KILL", &agent.pid.to_string()]),
+        None,
+        Duration::from_secs(5),
+    );
+    assert!(o.status.success());
+    let (_, v) = wait_gone(&d, &id, Duration::from_secs(5));
+    assert_gone(&v, "error");
+    assert_nothing_left(&id);
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn list_filters_by_metadata() {
+    require_root!();
+    let d = Daemon::start();
+    let a = d.create(sandbox_body(json!({ "metadata": { "team": "a", "run": "1" } })));
+    let b = d.create(sandbox_body(json!({ "metadata": { "team": "b" } })));
+    let ids = |q: &str| -> Vec<String> {
+        let (st, v) = d.get(&format!("/v1/sandboxes{q}"));
+        assert_eq!(st, 200, "{v}");
+        v["sandboxes"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_string()).collect()
+    };
+    let mut all = ids("");
+    all.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(all, want);
+    assert_eq!(ids("?metadata=team=a"), std::slice::from_ref(&a));
+    assert_eq!(ids("?metadata=team=a,run=1"), std::slice::from_ref(&a));
+    assert_eq!(ids("?metadata=team=c"), Vec::<String>::new());
+    let (_, v) = d.get(&format!("/v1/sandboxes/{a}"));
+    assert_eq!(v["metadata"], json!({ "team": "a", "run": "1" }));
+    assert_eq!(v["state"], "running");
+    assert_eq!(v["limits"]["memory_mb"], 512, "defaults are explicit: {v}");
+    d.shutdown_and_check_leaks();
+}

@@ -1,0 +1,253 @@
+//! Resource limits under attack: memory, fork and disk bombs, output floods, CPU quota.
+//! Each runs in a sandbox whose limits the test sets, bounded by a command timeout.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::{run_bounded, sandbox_body, Daemon};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+#[test]
+fn memory_bomb_is_oom_killed_and_the_sandbox_survives() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "memory_mb": 64 } })));
+    let t = Instant::now();
+    let r = d.exec(
+        &id,
+        json!({ "cmd": ["python3", "-c", "x = []\nwhile True: x.append(bytearray(10**6))"], "timeout_ms": 20_000 }),
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
+    assert_eq!(r["timed_out"], false, "{r}");
+    assert_eq!(r["oom_killed"], true, "{r}");
+    assert!(r["exit_code"] == 137 || r["signal"] == 9, "{r}");
+    // What the implementation does: the command dies, the sandbox stays.
+    let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!((st, v["state"].as_str()), (200, Some("running")), "{v}");
+    assert_eq!(d.sh_ok(&id, "echo alive"), "alive\n");
+    // Memory that fits is fine (and oom_killed stays false).
+    let r = d.exec(&id, json!({ "cmd": ["python3", "-c", "x = bytearray(20 * 10**6); print(len(x))"] }));
+    assert_eq!((r["stdout"].as_str(), r["oom_killed"].as_bool()), (Some("20000000\n"), Some(false)), "{r}");
+    d.shutdown_and_check_leaks();
+}
+
+/// The sandbox's disk and /dev/shm are tmpfs, whose pages are charged to its memory cgroup.
+/// Filling either must end in ENOSPC for the writer, not in the OOM killer taking the agent
+/// (and with it the whole sandbox).
+#[test]
+fn filling_ram_backed_storage_does_not_kill_the_sandbox() {
+    require_root!();
+    let d = Daemon::start();
+    let mut failures = Vec::new();
+    // Default limits (memory 512 MiB, disk 1 GiB): fill most of the disk budget.
+    let id = d.create(sandbox_body(json!({})));
+    let (st, r) = d.post(
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({ "cmd": ["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=1100 2>&1 | tail -1"], "timeout_ms": 20_000 }),
+    );
+    let (gst, g) = final_state(&d, &id, st);
+    if st != 200 || gst != 200 {
+        failures.push(format!("disk fill at default limits: exec {st} {r}; sandbox {gst} {g}"));
+    }
+    // memory 64 MiB: fill /dev/shm (capped at half the memory).
+    let id = d.create(sandbox_body(json!({ "resources": { "memory_mb": 64 } })));
+    let (st, r) = d.post(
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({ "cmd": ["sh", "-c", "head -c 200000000 /dev/zero > /dev/shm/fill; echo rc=$?"], "timeout_ms": 20_000 }),
+    );
+    let (gst, g) = final_state(&d, &id, st);
+    if st != 200 || gst != 200 {
+        failures.push(format!("/dev/shm fill at 64 MiB: exec {st} {r}; sandbox {gst} {g}"));
+    } else if r["stdout"].as_str().unwrap_or("").contains("rc=0") {
+        failures.push(format!("wrote 200 MB to /dev/shm with 64 MiB of memory: {r}"));
+    }
+    d.shutdown_and_check_leaks();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The sandbox's state; after a failed exec, waits briefly for the daemon to notice its end.
+fn final_state(d: &Daemon, id: &str, exec_status: u16) -> (u16, Value) {
+    let get = || d.get(&format!("/v1/sandboxes/{id}"));
+    if exec_status == 200 {
+        return get();
+    }
+    common::poll(Duration::from_secs(2), Duration::from_millis(50), || Some(get()).filter(|(st, _)| *st == 410))
+        .unwrap_or_else(get)
+}
+
+const FORKER: &str = r#"
+import os, time
+pids, failed = [], 0
+for i in range(200):
+    try:
+        p = os.fork()
+    except OSError:
+        failed += 1
+        continue
+    if p == 0:
+        time.sleep(3)
+        os._exit(0)
+    pids.append(p)
+print(len(pids), failed, flush=True)
+for p in pids:
+    os.kill(p, 9)
+for p in pids:
+    os.waitpid(p, 0)
+"#;
+
+#[test]
+fn fork_bomb_is_capped_and_the_host_is_unaffected() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "pids": 32 } })));
+    let r = std::thread::scope(|s| {
+        let bomb = s.spawn(|| d.exec(&id, json!({ "cmd": ["python3", "-c", FORKER], "timeout_ms": 20_000 })));
+        // Meanwhile the host still forks.
+        let mut host_ok = 0;
+        while !bomb.is_finished() && host_ok < 50 {
+            let o = run_bounded(&mut Command::new("true"), None, Duration::from_secs(5));
+            assert!(o.status.success());
+            host_ok += 1;
+        }
+        bomb.join().unwrap()
+    });
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let out = r["stdout"].as_str().unwrap();
+    let nums: Vec<u32> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (ok, failed) = (nums[0], nums[1]);
+    assert!(ok <= 32, "{ok} forks succeeded under pids=32");
+    assert!(ok >= 8, "only {ok} forks: the limit is far below what was asked");
+    assert_eq!(ok + failed, 200);
+    assert_eq!(d.sh_ok(&id, "echo alive"), "alive\n");
+
+    // A real shell fork bomb, ended by the command timeout; the sandbox survives it.
+    let t = Instant::now();
+    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; sleep 30"], "timeout_ms": 2000 }));
+    assert!(t.elapsed() < Duration::from_secs(8), "bomb took {:?} to end", t.elapsed());
+    assert_eq!(r["timed_out"], true, "{}", summary(&r));
+    let left = common::poll(Duration::from_secs(5), Duration::from_millis(100), || {
+        let r = d.sh(&id, "ps -e --no-headers | wc -l");
+        let n: u32 = r["stdout"].as_str()?.trim().parse().ok()?;
+        // agent + spare + sh + ps + wc
+        (n <= 6).then_some(n)
+    });
+    assert!(left.is_some(), "fork bomb processes survived: {}", d.sh(&id, "ps -e")["stdout"]);
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn disk_fill_stops_at_the_cap() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "disk_mb": 32, "memory_mb": 256 } })));
+    let r = d.sh(&id, "dd if=/dev/zero of=/tmp/fill bs=1M count=100");
+    assert_ne!(r["exit_code"], 0, "{r}");
+    assert!(r["stderr"].as_str().unwrap().contains("No space left"), "{r}");
+    let size: u64 = d.sh_ok(&id, "stat -c %s /tmp/fill").trim().parse().unwrap();
+    assert!(size <= 33 << 20, "wrote {size} bytes with a 32 MiB cap");
+    let df = d.sh_ok(&id, "df -m / | tail -1");
+    let total: u64 = df.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!((28..=36).contains(&total), "df shows {total} MiB for a 32 MiB disk: {df}");
+    // The home directory and the file API share the same cap.
+    let r = d.sh(&id, "dd if=/dev/zero of=/home/user/more bs=1M count=10");
+    assert_ne!(r["exit_code"], 0, "{r}");
+    let (st, v) =
+        d.send(d.req(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/home/user/up")).body(vec![0u8; 8 << 20]));
+    assert_eq!((st, v["error"]["code"].as_str()), (507, Some("disk_full")), "{v}");
+    // Freeing space makes it usable again.
+    d.sh_ok(&id, "rm -f /tmp/fill /home/user/more; dd if=/dev/zero of=/tmp/ok bs=1M count=8 2>/dev/null");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn output_flood_is_capped_counted_and_bounded_in_memory() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let gib: u64 = 1 << 30;
+    let t = Instant::now();
+    let r = d.exec(
+        &id,
+        json!({
+            "cmd": ["sh", "-c", "head -c 1073741824 /dev/zero & head -c 536870912 /dev/zero >&2; wait"],
+            "encoding": "base64",
+            "timeout_ms": 30_000
+        }),
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "flood took {:?}", t.elapsed());
+    assert_eq!(r["exit_code"], 0, "{}", summary(&r));
+    assert_eq!((r["stdout_truncated"].as_bool(), r["stderr_truncated"].as_bool()), (Some(true), Some(true)));
+    assert_eq!((r["stdout_bytes"].as_u64(), r["stderr_bytes"].as_u64()), (Some(gib), Some(gib / 2)));
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let out = b64.decode(r["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(out.len(), 1 << 20, "default cap is 1 MiB");
+    assert!(out.iter().all(|b| *b == 0));
+    assert_eq!(b64.decode(r["stderr"].as_str().unwrap()).unwrap().len(), 1 << 20);
+
+    // A custom cap, in UTF-8.
+    let r = d.exec(
+        &id,
+        json!({ "cmd": ["sh", "-c", "yes | head -c 100000"], "max_output_bytes": 1000, "timeout_ms": 10_000 }),
+    );
+    assert_eq!(r["stdout"].as_str().map(str::len), Some(1000), "{}", summary(&r));
+    assert_eq!((r["stdout_bytes"].as_u64(), r["stdout_truncated"].as_bool()), (Some(100_000), Some(true)));
+
+    // Streamed: the NDJSON stream carries at most the cap, then the real count.
+    let resp = d
+        .req(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+        .header("accept", "application/x-ndjson")
+        .json(&json!({ "cmd": ["head", "-c", "1073741824", "/dev/zero"], "encoding": "base64", "timeout_ms": 30_000 }))
+        .send()
+        .unwrap();
+    let mut streamed = 0usize;
+    let mut last = Value::Null;
+    for l in BufReader::new(resp).lines() {
+        let v: Value = serde_json::from_str(&l.unwrap()).unwrap();
+        if v["type"] == "stdout" {
+            streamed += b64.decode(v["data"].as_str().unwrap()).unwrap().len();
+        }
+        last = v;
+    }
+    assert_eq!(streamed, 1 << 20, "streamed bytes beyond the cap");
+    assert_eq!((last["type"].as_str(), last["stdout_bytes"].as_u64()), (Some("exited"), Some(gib)), "{last}");
+
+    // Through the CLI, as a user: the first MiB, and a note on stderr.
+    let mut c = d.cli();
+    c.args(["run", "--", "head", "-c", "1073741824", "/dev/zero"]);
+    let o = run_bounded(&mut c, None, Duration::from_secs(30));
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    assert_eq!(o.stdout.len(), 1 << 20);
+    assert!(o.stderr_str().contains("truncated") && o.stderr_str().contains("1073741824"), "{}", o.stderr_str());
+
+    let peak = d.peak_rss_kib();
+    assert!(peak < 100 * 1024, "daemon peak RSS {peak} KiB after 3.5 GiB of output");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn cpu_quota_is_enforced() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "cpus": 0.25 } })));
+    let probe = "import time\nt = time.time()\nwhile time.time() - t < 2: pass\nprint(time.process_time())";
+    let r = d.exec(&id, json!({ "cmd": ["python3", "-c", probe], "timeout_ms": 20_000 }));
+    let cpu: f64 = r["stdout"].as_str().unwrap().trim().parse().unwrap_or_else(|_| panic!("{r}"));
+    assert!(cpu < 0.8, "used {cpu} s of CPU in 2 s wall with cpus=0.25");
+    assert!(cpu > 0.05, "got {cpu} s of CPU: not running at all?");
+    d.shutdown_and_check_leaks();
+}
+
+fn summary(r: &Value) -> String {
+    let mut r = r.clone();
+    for k in ["stdout", "stderr"] {
+        if let Some(s) = r[k].as_str() {
+            r[k] = json!(format!("<{} chars>", s.len()));
+        }
+    }
+    r.to_string()
+}
