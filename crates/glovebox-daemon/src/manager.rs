@@ -137,16 +137,20 @@ struct Booted {
 }
 
 impl Booted {
-    /// Whether its agent still runs (a pidfd becomes readable when the process exits).
     fn alive(&self) -> bool {
-        use rustix::event::{poll, PollFd, PollFlags};
-        match &self.pidfd {
-            Some(fd) => {
-                let mut fds = [PollFd::new(fd, PollFlags::IN)];
-                matches!(poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(0))
-            }
-            None => false,
+        pidfd_alive(self.pidfd.as_ref())
+    }
+}
+
+/// Whether a process still runs (a pidfd becomes readable when it exits).
+fn pidfd_alive(fd: Option<&std::os::fd::OwnedFd>) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    match fd {
+        Some(fd) => {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            matches!(poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(0))
         }
+        None => false,
     }
 }
 
@@ -186,7 +190,7 @@ impl Sb {
             state: SandboxState::Running,
             created_at: rfc3339(self.created_at),
             expires_at: rfc3339(lock(&self.deadline).1),
-            limits: self.limits.clone(),
+            limits: Limits { disk_mb: disk_bytes(&self.limits) >> 20, ..self.limits.clone() },
             metadata: self.metadata.clone(),
             network: self.network.clone(),
             end_reason: None,
@@ -458,7 +462,7 @@ impl Manager {
     /// A warm sandbox for `limits`, if one is ready: same disk size as the pool's (the tmpfs
     /// size is fixed at boot); other limits are applied to its cgroups here.
     fn take_warm(&self, template: &str, limits: &Limits) -> Option<Booted> {
-        if limits.disk_mb != self.cfg.defaults.disk_mb {
+        if disk_bytes(limits) != disk_bytes(&self.cfg.defaults) {
             return None;
         }
         loop {
@@ -601,8 +605,8 @@ impl Manager {
             socket_path: socket.clone(),
             layers: tpl.layers.iter().cloned().chain(std::iter::once(self.skel.clone())).collect(),
             host_usr: true,
-            disk_bytes: limits.disk_mb << 20,
-            shm_bytes: (limits.memory_mb << 20) / 2,
+            disk_bytes: disk_bytes(limits),
+            shm_bytes: shm_bytes(limits),
             cgroup_procs: cg.procs_files(),
             command_cgroup: Some(cg.command_parent()),
             pids: limits.pids,
@@ -734,6 +738,11 @@ impl Manager {
     pub fn agent_error(&self, id: &str, e: impl std::fmt::Display) -> Error {
         match self.get(id) {
             Err(gone @ Error::Gone { .. }) => gone,
+            // The agent died and the watch has not recorded it yet: say why it is gone now.
+            Ok(sb) if !pidfd_alive(sb.pidfd.as_ref()) => Error::Gone {
+                id: id.to_string(),
+                reason: if sb.oom_kills() > 0 { EndReason::Oom } else { EndReason::Error },
+            },
             _ => Error::Agent(e.to_string()),
         }
     }
@@ -743,6 +752,21 @@ impl Manager {
 /// the kernel kill every other process in it, and PID 1's exit completes only once they are
 /// all gone, so reaping it is the proof; the cgroup kill is the fallback for anything odd
 /// (e.g. the agent was not our child after a restart).
+/// Size of `/dev/shm`: a quarter of the memory budget, at most 64 MiB.
+fn shm_bytes(l: &Limits) -> u64 {
+    ((l.memory_mb << 20) / 4).min(64 << 20)
+}
+
+/// Size of the writable layer. It is a tmpfs whose pages are charged to the sandbox's memory
+/// cgroup, so it is capped below the memory budget (minus /dev/shm and an eighth for the
+/// processes themselves): filling the disk then fails with ENOSPC instead of waking the OOM
+/// killer. A disk-backed upper layer will lift this.
+pub fn disk_bytes(l: &Limits) -> u64 {
+    let mem = l.memory_mb << 20;
+    let room = mem.saturating_sub(shm_bytes(l) + (mem / 8).max(8 << 20));
+    (l.disk_mb << 20).min(room).max(4 << 20)
+}
+
 fn teardown(sb: &Sb) -> std::result::Result<(), String> {
     kill_and_release(&sb.id, sb.pidfd.as_ref(), &*sb.cgroup, &sb.dir)
 }

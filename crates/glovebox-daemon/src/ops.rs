@@ -52,7 +52,8 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
             cmd: req.cmd.clone(),
             cwd: req.cwd.clone(),
             env,
-            stdin: stdin.is_some(),
+            // Background commands keep stdin open for `…/stdin` requests.
+            stdin: stdin.is_some() || req.background,
             timeout_ms: if timeout == 0 { None } else { Some(timeout) },
             max_output_bytes: max,
             uid: None,
@@ -93,6 +94,13 @@ async fn start(m: &Manager, sb: &Sb, req: &ExecRequest) -> Result<(Reader, Write
         }
     };
     if let Some(data) = stdin {
+        if spec.background {
+            // The agent ends a background exchange after `Started`: feed stdin separately.
+            drop((r, w));
+            send_stdin(m, sb, started.id, &data, true).await?;
+            let (r, w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
+            return Ok((r, w, spec, started));
+        }
         send_stdin_frames(&mut w, started.id, &data, true).await?;
     }
     Ok((r, w, spec, started))
@@ -318,8 +326,13 @@ pub async fn signal(m: &Manager, sb: &Sb, id: u64, signal: i32) -> Result<()> {
 pub async fn send_stdin(m: &Manager, sb: &Sb, id: u64, data: &[u8], close: bool) -> Result<()> {
     let (mut r, mut w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
     w.json(&Request::Stdin { id }).await?;
-    send_stdin_frames(&mut w, id, data, close).await?;
-    match r.json::<Reply>().await.map_err(|e| m.agent_error(&sb.id, e))? {
+    // On a write error the agent has already answered (e.g. no such command): read that.
+    let sent = send_stdin_frames(&mut w, id, data, close).await;
+    let reply = r.json::<Reply>().await;
+    if let (Err(e), Err(_)) = (&sent, &reply) {
+        return Err(m.agent_error(&sb.id, e));
+    }
+    match reply.map_err(|e| m.agent_error(&sb.id, e))? {
         Reply::Ok => Ok(()),
         other => Err(command_error(id, other)),
     }

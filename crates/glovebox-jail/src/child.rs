@@ -66,14 +66,14 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
     if unsafe { libc::setsid() } < 0 {
         return Err(err());
     }
-    // Prefer user code over the agent when the sandbox runs out of memory (raising the
-    // score needs no privilege).
+    // User code is always the OOM killer's first choice, never the agent (raising the score
+    // needs no privilege; lowering the agent's would need CAP_SYS_RESOURCE).
     // SAFETY: static NUL-terminated path; the fd is closed right after.
     let fd = unsafe { libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd >= 0 {
         // SAFETY: static buffer, our own fd.
         unsafe {
-            libc::write(fd, b"500".as_ptr() as *const libc::c_void, 3);
+            libc::write(fd, b"1000".as_ptr() as *const libc::c_void, 4);
             libc::close(fd);
         }
     }

@@ -392,7 +392,23 @@ pub struct Daemon {
 
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
+thread_local! {
+    static WARM_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn warm_pool() -> usize {
+    WARM_POOL.with(|w| w.get())
+}
+
 impl Daemon {
+    /// A daemon with a warm pool of `n` sandboxes per template.
+    pub fn start_with_pool(n: usize) -> Daemon {
+        WARM_POOL.with(|w| w.set(n));
+        let d = Daemon::start();
+        WARM_POOL.with(|w| w.set(0));
+        d
+    }
+
     pub fn start() -> Daemon {
         let dir = tempdir("gbtest-data-");
         let logs = tempdir("gbtest-logs-");
@@ -421,6 +437,8 @@ impl Daemon {
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&data_dir)
                 .args(["--api-key", &key])
+                // Tests start many daemons on 2 cores: no warm pool unless a test asks.
+                .args(["--warm-pool", &warm_pool().to_string()])
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
