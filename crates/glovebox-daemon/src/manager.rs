@@ -530,6 +530,7 @@ impl Manager {
                             None => true,
                         };
                         if ok {
+                            tracing::info!(sandbox = %b.id, "warm sandbox ready: {}", tpl.name);
                             lock(&this.pool).push(b);
                         } else {
                             tokio::task::spawn_blocking(move || discard(b));
