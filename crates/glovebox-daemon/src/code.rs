@@ -46,7 +46,10 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 pub const DEFAULT_CELL_TIMEOUT_MS: u64 = 60_000;
 
 /// The kernel programs, embedded so every sandbox gets the daemon's own version.
-pub const KERNEL_FILES: &[(&str, &str)] = &[/*KERNELS*/];
+pub const KERNEL_FILES: &[(&str, &str)] = &[
+    ("python_kernel.py", include_str!("../kernels/python_kernel.py")),
+    ("node_kernel.js", include_str!("../kernels/node_kernel.js")),
+];
 
 fn argv(lang: Language) -> Vec<String> {
     let (prog, file) = match lang {

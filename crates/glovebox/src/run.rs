@@ -260,10 +260,11 @@ pub async fn code_to_terminal(client: &Client, id: &str, req: &api::RunCode) -> 
                     }
                 }
                 api::CodeStreamLine::Error(e) => {
-                    if !e.traceback.is_empty() {
+                    if e.traceback.trim().is_empty() {
+                        eprintln!("{}: {}", e.name, e.value);
+                    } else {
                         eprintln!("{}", e.traceback.trim_end());
                     }
-                    eprintln!("{}: {}", e.name, e.value);
                     code = if e.name == "TimeoutError" { EXIT_TIMEOUT } else { 1 };
                     if e.name == "GloveboxError" {
                         code = EXIT_ERROR;

@@ -1,0 +1,595 @@
+#!/usr/bin/env python3
+"""Glovebox Python kernel: one long-lived interpreter per code-interpreter context.
+
+Protocol (the same for the Python, Node and bash kernels):
+
+* Requests arrive on fd 0 as JSON lines: ``{"id": "<string>", "code": "<source>",
+  "env": {"K": "V"}}`` (``env`` optional).  Events leave on fd 1 as JSON lines, one
+  object per line, UTF-8, flushed after each line.
+* After setup (including importing the comma-separated modules in ``GLOVEBOX_PRELOAD``,
+  failures ignored) the kernel emits ``{"type": "ready", "language": "python"}``.
+* Each request produces, in order, events carrying its ``id``:
+  ``{"type": "stdout"|"stderr", "text": ...}``,
+  ``{"type": "result", "data": {mime: value}, "is_main_result": bool}``,
+  ``{"type": "error", "name": ..., "value": ..., "traceback": ...}`` and always, last,
+  ``{"type": "end", "execution_count": N}``.  N counts cells from 1 and also counts cells
+  that failed.
+* SIGINT while a cell runs raises KeyboardInterrupt in it (error event, then end; state
+  kept).  SIGINT while idle is ignored.  EOF on fd 0 exits with status 0.
+
+Decisions:
+
+* ``env`` is applied to ``os.environ`` for the duration of the cell and then restored
+  (keys the cell did not have before are removed again), like E2B's per-run envs.
+* A request line that is not valid JSON or lacks a string ``code`` gets an error event
+  named ``ProtocolError``.  If the line carried a string ``id`` the error has that id and
+  is followed by ``end`` (execution count unchanged), so a caller waiting on the id is
+  released; otherwise the id is null and nothing else follows.
+* Output is captured at the fd level: fds 1 and 2 are pipes the kernel drains in a thread,
+  so child processes and C code are captured too, and fd 0 is /dev/null (``input()``
+  raises EOFError).  ``sys.stdout`` is line buffered: a partial line shows up at the next
+  newline, flush, result or the end of the cell.  Output written while no cell runs (a
+  background thread or process) carries the id of the most recent cell; output produced
+  before ``ready`` (while preloading) is dropped.
+* The last statement of a cell, if it is an expression whose value is not None, is the
+  main result, unless the cell ends with ``;``.  ``display()`` is a builtin giving
+  non-main results; open matplotlib figures are emitted as image/png results by
+  ``plt.show()`` and at the end of the cell, then closed.  Top-level ``await`` works.
+* MIME bundles follow IPython's display protocol (``_repr_mimebundle_``, ``_repr_html_``,
+  ``_repr_png_`` ...); binary types (png, jpeg, pdf) are base64 strings.
+"""
+
+import ast
+import base64
+import builtins
+import codecs
+import importlib
+import importlib.abc
+import io
+import json
+import linecache
+import os
+import pprint
+import select
+import signal
+import sys
+import threading
+import time
+import tokenize
+import traceback
+import types
+
+_SELF = __file__
+# Keep the kernel's own module alive once ``__main__`` is replaced by the user namespace.
+_SELF_MODULE = sys.modules[__name__]
+
+# How long a partial line may wait for the rest of it before it is sent anyway.
+_BATCH_SECONDS = 0.02
+# Largest text of one stdout/stderr event, in bytes read.
+_CHUNK = 32 * 1024
+_CO_COROUTINE = 0x80
+
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/pdf", "_repr_pdf_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+)
+_BINARY_MIMES = ("image/png", "image/jpeg", "application/pdf")
+_PRETTY_REPRS = (dict.__repr__, list.__repr__, tuple.__repr__, set.__repr__, frozenset.__repr__)
+
+
+class _Stream:
+    """One captured fd: the read end of its pipe and the bytes not yet sent."""
+
+    def __init__(self, name, fd):
+        self.name = name
+        self.fd = fd
+        self.pending = bytearray()
+        self.since = 0.0
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Runs a patch function right after selected modules finish importing."""
+
+    def __init__(self, patches):
+        self.patches = patches
+
+    def find_spec(self, name, path, target=None):
+        patch = self.patches.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self._inner = inner
+        self._patch = patch
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._patch(module)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class Kernel:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.count = 0
+        self.output_id = None
+        self.forward = False
+        self.executing = False
+        self.critical = 0
+        self.interrupt_pending = False
+        self.loop = None
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+        # The protocol channel moves to private fds; fds 0, 1 and 2 become what user code
+        # and its children see. os.dup makes non-inheritable fds, so children never get them.
+        self.requests = os.fdopen(os.dup(0), "rb")
+        self.events = os.dup(1)
+        self.diag = os.dup(2)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.close(null)
+        self.streams = []
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            os.set_blocking(read_end, False)
+            self.streams.append(_Stream(name, read_end))
+        sys.stdin = sys.__stdin__ = open(os.devnull)
+        sys.stdout = sys.__stdout__ = open(
+            1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+        )
+        sys.stderr = sys.__stderr__ = open(
+            2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+        )
+        threading.Thread(target=self._pump, name="glovebox-output", daemon=True).start()
+
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = builtins
+        sys.modules["__main__"] = main
+        self.ns = main.__dict__
+        sys.argv = [""]
+        sys.path[0] = ""
+        builtins.display = self.display
+
+        os.environ["MPLBACKEND"] = "Agg"
+        patches = {
+            "matplotlib.pyplot": self._patch_pyplot,
+            "IPython.display": self._patch_ipython,
+            "IPython.core.display": self._patch_ipython,
+            "IPython.core.display_functions": self._patch_ipython,
+        }
+        sys.meta_path.insert(0, _PostImportHook(patches))
+        for name, patch in patches.items():
+            if name in sys.modules:
+                patch(sys.modules[name])
+
+    # ---- protocol channel -------------------------------------------------------------
+
+    def _send(self, event):
+        line = json.dumps(event, ensure_ascii=False) + "\n"
+        data = memoryview(line.encode("utf-8", "replace"))
+        with self.lock:
+            while data:
+                data = data[os.write(self.events, data):]
+
+    def _critical(self, fn, *args):
+        """Runs fn with SIGINT deferred, so an interrupt never cuts an event line in two."""
+        self.critical += 1
+        try:
+            return fn(*args)
+        finally:
+            self.critical -= 1
+            if not self.critical and self.interrupt_pending and self.executing:
+                self.interrupt_pending = False
+                raise KeyboardInterrupt
+
+    def _on_sigint(self, signum, frame):
+        if not self.executing:
+            return
+        if self.critical:
+            self.interrupt_pending = True
+            return
+        raise KeyboardInterrupt
+
+    # ---- captured output --------------------------------------------------------------
+
+    def _pump(self):
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        while True:
+            open_fds = [s.fd for s in self.streams if s.fd is not None]
+            if not open_fds:
+                return
+            waiting = [s.since for s in self.streams if s.pending]
+            timeout = None
+            if waiting:
+                timeout = max(0.0, min(waiting) + _BATCH_SECONDS - time.monotonic())
+            try:
+                select.select(open_fds, [], [], timeout)
+            except (OSError, ValueError):
+                time.sleep(_BATCH_SECONDS)
+            with self.lock:
+                self._read_all()
+                now = time.monotonic()
+                for stream in self.streams:
+                    p = stream.pending
+                    if p and (p.endswith(b"\n") or len(p) >= _CHUNK or now - stream.since >= _BATCH_SECONDS):
+                        self._flush_stream(stream)
+
+    def _read_all(self):
+        for stream in self.streams:
+            while stream.fd is not None:
+                try:
+                    chunk = os.read(stream.fd, 65536)
+                except BlockingIOError:
+                    break
+                except InterruptedError:
+                    continue
+                if not chunk:
+                    # Every writer is gone (user code closed fd 1 or 2): stop watching it.
+                    os.close(stream.fd)
+                    stream.fd = None
+                    break
+                if not stream.pending:
+                    stream.since = time.monotonic()
+                stream.pending += chunk
+                if len(stream.pending) >= _CHUNK:
+                    self._flush_stream(stream)
+
+    def _flush_stream(self, stream):
+        data = bytes(stream.pending)
+        stream.pending.clear()
+        text = stream.decoder.decode(data)
+        if text and self.forward:
+            self._send({"type": stream.name, "id": self.output_id, "text": text})
+
+    def _sync_output(self):
+        """Sends everything written to fds 1 and 2 so far, before the next event."""
+        for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        with self.lock:
+            self._read_all()
+            for stream in self.streams:
+                if stream.pending:
+                    self._flush_stream(stream)
+
+    def _emit(self, event):
+        def go():
+            self._sync_output()
+            self._send({"type": event.pop("type"), "id": self.output_id, **event})
+
+        self._critical(go)
+
+    # ---- display ----------------------------------------------------------------------
+
+    def display(self, *objs, raw=False, **_ignored):
+        """IPython-style display(): each object becomes a non-main result."""
+        for obj in objs:
+            data = dict(obj) if raw else self._bundle(obj)
+            if data:
+                self._emit({"type": "result", "data": data, "is_main_result": False})
+
+    def _bundle(self, obj):
+        data = {}
+        figure = sys.modules.get("matplotlib.figure")
+        if figure is not None and isinstance(obj, figure.Figure):
+            return self._figure_bundle(obj)
+        if not isinstance(obj, type) and not _has_every_attribute(obj):
+            self._mimebundle(obj, data)
+            for mime, name in _REPR_METHODS:
+                if mime in data:
+                    continue
+                method = _safe_getattr(obj, name)
+                if not callable(method):
+                    continue
+                try:
+                    value = method()
+                except Exception as exc:
+                    print(f"{type(obj).__name__}.{name}() failed: {exc!r}", file=sys.stderr)
+                    continue
+                if isinstance(value, tuple) and len(value) == 2:
+                    value = value[0]
+                value = _mime_value(mime, value)
+                if value is not None:
+                    data[mime] = value
+        if "text/plain" not in data:
+            if type(obj).__repr__ in _PRETTY_REPRS:
+                data["text/plain"] = pprint.pformat(obj, sort_dicts=False)
+            else:
+                data["text/plain"] = repr(obj)
+        return data
+
+    def _mimebundle(self, obj, data):
+        method = _safe_getattr(obj, "_repr_mimebundle_")
+        if not callable(method):
+            return
+        try:
+            bundle = method(include=None, exclude=None)
+        except Exception as exc:
+            print(f"{type(obj).__name__}._repr_mimebundle_() failed: {exc!r}", file=sys.stderr)
+            return
+        if isinstance(bundle, tuple):
+            bundle = bundle[0]
+        if isinstance(bundle, dict):
+            for mime, value in bundle.items():
+                value = _mime_value(mime, value)
+                if value is not None:
+                    data[mime] = value
+
+    def _figure_bundle(self, fig):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        return {"image/png": base64.b64encode(buf.getvalue()).decode("ascii"), "text/plain": repr(fig)}
+
+    def _flush_figures(self):
+        helpers = sys.modules.get("matplotlib._pylab_helpers")
+        plt = sys.modules.get("matplotlib.pyplot")
+        if helpers is None or plt is None:
+            return
+        for manager in list(helpers.Gcf.get_all_fig_managers()):
+            fig = manager.canvas.figure
+            try:
+                data = self._figure_bundle(fig)
+            finally:
+                plt.close(fig)
+            self._emit({"type": "result", "data": data, "is_main_result": False})
+
+    def _patch_pyplot(self, plt):
+        def show(*args, **kwargs):
+            self._flush_figures()
+
+        show.__doc__ = "Sends every open figure to the notebook as a PNG and closes it."
+        plt.show = show
+
+    def _patch_ipython(self, module):
+        if hasattr(module, "display"):
+            module.display = self.display
+
+    # ---- cells ------------------------------------------------------------------------
+
+    def serve(self):
+        for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
+            name = name.strip()
+            if name:
+                try:
+                    importlib.import_module(name)
+                except BaseException:
+                    pass
+        self._sync_output()
+        self.forward = True
+        self._send({"type": "ready", "language": "python"})
+        while True:
+            line = self.requests.readline()
+            if not line:
+                break
+            if line.strip():
+                self._handle(line)
+        self._sync_output()
+
+    def _handle(self, line):
+        try:
+            request = json.loads(line)
+        except ValueError as exc:
+            self._protocol_error(None, f"request is not JSON: {exc}")
+            return
+        rid = request.get("id") if isinstance(request, dict) else None
+        if not isinstance(rid, str):
+            self._protocol_error(None, "request needs a string \"id\"")
+            return
+        code = request.get("code")
+        env = request.get("env") or {}
+        if not isinstance(code, str):
+            self._protocol_error(rid, "request needs a string \"code\"")
+        elif not isinstance(env, dict) or not all(_valid_env(k, v) for k, v in env.items()):
+            self._protocol_error(rid, "\"env\" must map names to strings")
+        else:
+            self._run_cell(rid, code, {k: str(v) for k, v in env.items()})
+            return
+        self._send({"type": "end", "id": rid, "execution_count": self.count})
+
+    def _protocol_error(self, rid, message):
+        self._send({"type": "error", "id": rid, "name": "ProtocolError", "value": message, "traceback": message})
+
+    def _run_cell(self, rid, code, env):
+        self._sync_output()
+        with self.lock:
+            self.output_id = rid
+        self.count += 1
+        filename = f"<cell-{self.count}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        self.interrupt_pending = False
+        try:
+            self.executing = True
+            try:
+                value, show = self._execute(code, filename)
+                if show:
+                    self.ns["_"] = value
+                    data = self._bundle(value)
+                    self._emit({"type": "result", "data": data, "is_main_result": True})
+                    figure = sys.modules.get("matplotlib.figure")
+                    if figure is not None and isinstance(value, figure.Figure):
+                        sys.modules["matplotlib.pyplot"].close(value)
+                self._flush_figures()
+            finally:
+                self.executing = False
+        except BaseException as exc:
+            self.executing = False
+            try:
+                self._flush_figures()
+            except BaseException:
+                pass
+            self._emit({"type": "error", **_describe(exc)})
+        finally:
+            self.executing = False
+            for key, old in saved.items():
+                if old is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = old
+        self._sync_output()
+        self._send({"type": "end", "id": rid, "execution_count": self.count})
+
+    def _execute(self, code, filename):
+        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        self._run(compile(tree, filename, "exec", flags, dont_inherit=True))
+        if last is None:
+            return None, False
+        value = self._run(compile(last, filename, "eval", flags, dont_inherit=True))
+        return value, value is not None and not _ends_with_semicolon(code)
+
+    def _run(self, code):
+        if not code.co_flags & _CO_COROUTINE:
+            return eval(code, self.ns)
+        import asyncio
+
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        task = self.loop.create_task(eval(code, self.ns))
+        try:
+            return self.loop.run_until_complete(task)
+        except BaseException:
+            task.cancel()
+            raise
+
+
+def _safe_getattr(obj, name):
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _has_every_attribute(obj):
+    # Objects that answer every attribute (mocks, proxies) would be mistaken for
+    # rich-display objects; IPython probes with the same name.
+    return _safe_getattr(obj, "_ipython_canary_method_should_not_exist_") is not None
+
+
+def _mime_value(mime, value):
+    if value is None:
+        return None
+    if mime in _BINARY_MIMES:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return base64.b64encode(bytes(value)).decode("ascii")
+        return value if isinstance(value, str) else None
+    if mime == "application/json" or mime.endswith("+json"):
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def _valid_env(key, value):
+    return (
+        isinstance(key, str)
+        and key
+        and "=" not in key
+        and "\0" not in key
+        and isinstance(value, (str, int, float, bool))
+        and "\0" not in str(value)
+    )
+
+
+def _ends_with_semicolon(code):
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT)
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type not in skip]
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return bool(tokens) and tokens[-1].string == ";"
+
+
+def _user_frames(tb):
+    frames = traceback.extract_tb(tb)
+    for i, frame in enumerate(frames):
+        if frame.filename.startswith("<cell-"):
+            frames = frames[i:]
+            break
+    else:
+        # Interrupted outside the cell's own code (e.g. asyncio waiting on a top-level
+        # await): the event loop's frames say nothing to the user either.
+        frames = [f for f in frames if f"{os.sep}asyncio{os.sep}" not in f.filename]
+    return [f for f in frames if f.filename != _SELF]
+
+
+def _format_exception(exc, seen):
+    seen.add(id(exc))
+    parts = []
+    cause, context = exc.__cause__, exc.__context__
+    if cause is not None and id(cause) not in seen:
+        parts.append(_format_exception(cause, seen))
+        parts.append("\nThe above exception was the direct cause of the following exception:\n\n")
+    elif context is not None and not exc.__suppress_context__ and id(context) not in seen:
+        parts.append(_format_exception(context, seen))
+        parts.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+    frames = _user_frames(exc.__traceback__)
+    if frames:
+        parts.append("Traceback (most recent call last):\n")
+        parts.extend(traceback.format_list(frames))
+    parts.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(parts)
+
+
+def _describe(exc):
+    try:
+        value = str(exc)
+    except Exception:
+        value = f"<unprintable {type(exc).__name__}>"
+    try:
+        tb = _format_exception(exc, set())
+    except Exception:
+        tb = "".join(traceback.format_exception_only(type(exc), exc))
+    return {"name": type(exc).__name__, "value": value, "traceback": tb}
+
+
+def main():
+    kernel = Kernel()
+    try:
+        kernel.serve()
+    except BaseException:
+        os.write(kernel.diag, traceback.format_exc().encode("utf-8", "replace"))
+        os._exit(1)
+    # Skip interpreter shutdown: user atexit hooks or non-daemon threads must not keep a
+    # kernel whose caller has gone away alive.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
