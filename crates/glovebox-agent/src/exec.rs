@@ -42,7 +42,7 @@ struct Inner {
     cmds: Mutex<HashMap<u64, Arc<Cmd>>>,
     next: AtomicU64,
     reaper: Mutex<Reaper>,
-    spare: Mutex<Option<Spare>>,
+    spare: Mutex<Vec<Spare>>,
     /// Empty command cgroups ready for reuse.
     free_cgroups: Mutex<Vec<PathBuf>>,
     refilling: std::sync::atomic::AtomicBool,
@@ -58,6 +58,9 @@ struct Reaper {
     /// before it is registered). Orphans land here too, so it is bounded.
     early: HashMap<i32, rustix::process::WaitStatus>,
 }
+
+/// Spares kept ready (see `spare`): enough for a burst of commands.
+const SPARES: usize = 2;
 
 /// Empty command cgroups kept for reuse.
 const FREE_CGROUPS: usize = 4;
@@ -160,7 +163,7 @@ impl Exec {
             cmds: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             reaper: Mutex::new(Reaper::default()),
-            spare: Mutex::new(None),
+            spare: Mutex::new(Vec::new()),
             free_cgroups: Mutex::new(Vec::new()),
             refilling: std::sync::atomic::AtomicBool::new(false),
             cgroup,
@@ -272,7 +275,7 @@ impl Exec {
         let uid = spec.uid.unwrap_or(0);
         let env = self.env_for(&spec, uid);
         if uid == 0 && spec.gid.unwrap_or(0) == 0 {
-            let spare = lock(&self.0.spare).take();
+            let spare = lock(&self.0.spare).pop();
             if let Some(sp) = spare {
                 match self.start_on_spare(sp, &argv, &env, &cwd, &spec) {
                     Ok(cmd) => return Ok(cmd),
@@ -319,12 +322,16 @@ impl Exec {
         }
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            match this.make_spare() {
-                Ok(sp) => {
-                    let old = lock(&this.0.spare).replace(sp);
-                    drop(old);
+            // Back-to-back cgroup migrations share one RCU grace period, so topping up
+            // several spares in a row costs little more than one.
+            while lock(&this.0.spare).len() < SPARES {
+                match this.make_spare() {
+                    Ok(sp) => lock(&this.0.spare).push(sp),
+                    Err(e) => {
+                        eprintln!("agent: spare: {e}");
+                        break;
+                    }
                 }
-                Err(e) => eprintln!("agent: spare: {e}"),
             }
             this.0.refilling.store(false, Ordering::Release);
         });
