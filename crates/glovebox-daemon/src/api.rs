@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/commands/{cid}/stdin", post(stdin))
         .route("/sandboxes/{id}/files", get(download).put(upload).delete(remove).layer(DefaultBodyLimit::disable()))
         .route("/sandboxes/{id}/code", post(run_code))
+        .route("/sandboxes/{id}/metrics", get(sandbox_metrics))
         .route("/sandboxes/{id}/contexts", post(create_context).get(list_contexts))
         .route("/sandboxes/{id}/contexts/{cid}", axum::routing::delete(remove_context))
         .route("/sandboxes/{id}/contexts/{cid}/restart", post(restart_context))
@@ -56,8 +57,12 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/rename", post(rename))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    let prom = Router::new()
+        .route("/metrics", get(prometheus))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .merge(prom)
         .nest("/v1", v1)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(state)
@@ -489,4 +494,20 @@ async fn remove_context(State(st): State<AppState>, Path((id, cid)): Path<(Strin
     let k = sb.kernels.remove(&cid).ok_or_else(|| Error::NotFound { what: "context", name: cid.clone() })?;
     k.shutdown(&sb.target()).await;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn prometheus(State(st): State<AppState>) -> Response {
+    let body = st.manager.metrics.render(st.manager.live_count(), st.manager.warm_count());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn sandbox_metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let mut m = sb.metrics();
+    if let Ok(glovebox_proto::agent::Reply::Usage(u)) =
+        st.manager.agent_call(&sb, &glovebox_proto::agent::Request::Usage).await
+    {
+        m.disk_used_bytes = u.disk_used_bytes;
+    }
+    Ok(json(StatusCode::OK, &m))
 }

@@ -409,6 +409,7 @@ pub async fn run_code(
 ) -> Result<glovebox_proto::api::Execution> {
     let k = context_for(sb, &req)?;
     let timeout = cell_timeout(&req)?;
+    let t = std::time::Instant::now();
     let mut ex = glovebox_proto::api::Execution::default();
     let end = k
         .run(m, sb, &req.code, &req.env, timeout, |line| match line {
@@ -421,6 +422,11 @@ pub async fn run_code(
         .await?;
     ex.execution_count = end.execution_count;
     ex.context_restarted = end.context_restarted;
+    crate::metrics::Metrics::inc(&m.metrics.cells);
+    if ex.error.is_some() {
+        crate::metrics::Metrics::inc(&m.metrics.cell_errors);
+    }
+    m.metrics.code_latency.observe(t.elapsed());
     Ok(ex)
 }
 

@@ -6,6 +6,7 @@ pub mod api;
 pub mod code;
 pub mod error;
 pub mod manager;
+pub mod metrics;
 pub mod ops;
 pub mod server;
 pub mod slots;

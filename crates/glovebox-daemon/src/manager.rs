@@ -105,6 +105,7 @@ pub struct Manager {
     /// Booted, never-used sandboxes with the default limits (see `Config::warm_pool`).
     pool: Mutex<Vec<Booted>>,
     pool_filling: std::sync::atomic::AtomicUsize,
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -173,6 +174,8 @@ pub struct Sb {
     clock: Notify,
     /// Code contexts (language kernels).
     pub kernels: crate::code::Kernels,
+    /// The previous CPU sample (for `cpu_percent`).
+    cpu_sample: Mutex<(Instant, u64)>,
     /// Modules the template's python kernels preload.
     pub preload: Option<String>,
     _slot: Slot,
@@ -208,6 +211,32 @@ impl Sb {
 
     pub fn stats(&self) -> Option<cgroup::Stats> {
         self.cgroup.stats().ok()
+    }
+
+    /// Resource use from the cgroups (CPU % over the time since the previous call).
+    pub fn metrics(&self) -> api::SandboxMetrics {
+        let st = self.cgroup.stats().ok();
+        let now = Instant::now();
+        let usage = st.as_ref().map(|s| s.cpu_usage_usec).unwrap_or(0);
+        let cpu_percent = {
+            let mut last = lock(&self.cpu_sample);
+            let dt = now.duration_since(last.0).as_micros().max(1) as f64;
+            let p = usage.saturating_sub(last.1) as f64 / dt * 100.0;
+            *last = (now, usage);
+            (p * 10.0).round() / 10.0
+        };
+        api::SandboxMetrics {
+            cpu_percent,
+            cpu_usage_ms: usage / 1000,
+            memory_used_bytes: st.as_ref().map(|s| s.memory_current_bytes).unwrap_or(0),
+            memory_peak_bytes: st.as_ref().and_then(|s| s.memory_peak_bytes),
+            memory_limit_bytes: self.limits.memory_mb << 20,
+            disk_used_bytes: 0,
+            disk_limit_bytes: disk_bytes(&self.limits),
+            pids: st.as_ref().map(|s| s.pids_current).unwrap_or(0),
+            pids_limit: self.limits.pids,
+            oom_kills: st.as_ref().map(|s| s.oom_kills).unwrap_or(0),
+        }
     }
 }
 
@@ -260,6 +289,7 @@ impl Manager {
             gone: Mutex::new((HashMap::new(), VecDeque::new())),
             pool: Mutex::new(Vec::new()),
             pool_filling: std::sync::atomic::AtomicUsize::new(0),
+            metrics: crate::metrics::Metrics::default(),
         });
         m.reconcile();
         m.refill_pool();
@@ -361,6 +391,10 @@ impl Manager {
         self.live.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    pub fn warm_count(&self) -> usize {
+        lock(&self.pool).len()
+    }
+
     /// Fills in defaults and checks bounds; the error says which value is wrong.
     pub fn limits_for(&self, r: &api::Resources) -> Result<Limits> {
         let d = &self.cfg.defaults;
@@ -398,6 +432,22 @@ impl Manager {
     }
 
     pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
+        let t = Instant::now();
+        let r = self.create_inner(req).await;
+        match &r {
+            Ok(_) => {
+                crate::metrics::Metrics::inc(&self.metrics.created);
+                self.metrics.create_latency.observe(t.elapsed());
+            }
+            Err(Error::Start(_) | Error::Internal(_) | Error::Unavailable(_)) => {
+                crate::metrics::Metrics::inc(&self.metrics.create_failed)
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    async fn create_inner(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
         let limits = self.limits_for(&req.resources)?;
         let template = req.template.clone().unwrap_or_else(|| "base".to_string());
         let tpl = self.template(&template)?;
@@ -441,6 +491,7 @@ impl Manager {
             deadline: Mutex::new((Instant::now() + life, now + life)),
             clock: Notify::new(),
             kernels: booted.kernels,
+            cpu_sample: Mutex::new((Instant::now(), 0)),
             preload: tpl.preload.clone(),
             _slot: booted.slot,
         });
@@ -703,6 +754,7 @@ impl Manager {
         let sb = self.live.write().unwrap_or_else(|p| p.into_inner()).remove(id);
         let Some(sb) = sb else { return false };
         self.remember(id, reason);
+        self.metrics.ended(reason);
         sb.clock.notify_one();
         let sb2 = sb.clone();
         let r = tokio::task::spawn_blocking(move || teardown(&sb2)).await;

@@ -185,11 +185,26 @@ fn deadline(spec: &ExecSpec) -> Option<Duration> {
 }
 
 pub async fn exec(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<ExecResult> {
+    let t = std::time::Instant::now();
     let oom_before = sb.oom_kills();
     let (mut r, _w, spec, _) = start(m, sb, &req).await?;
     let (exit, out) = collect(m, sb, &mut r, spec.max_output_bytes, deadline(&spec)).await?;
     let oom = sb.oom_kills() > oom_before;
-    Ok(result(exit, out, req.encoding, oom))
+    let res = result(exit, out, req.encoding, oom);
+    count_command(m, &res, t.elapsed());
+    Ok(res)
+}
+
+fn count_command(m: &Manager, r: &ExecResult, took: Duration) {
+    use crate::metrics::Metrics;
+    Metrics::inc(&m.metrics.commands);
+    if r.timed_out {
+        Metrics::inc(&m.metrics.command_timeouts);
+    }
+    if r.oom_killed {
+        Metrics::inc(&m.metrics.command_ooms);
+    }
+    m.metrics.exec_latency.observe(took);
 }
 
 pub async fn exec_background(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<Started> {
@@ -203,6 +218,7 @@ pub async fn exec_stream(
     sb: std::sync::Arc<Sb>,
     req: ExecRequest,
 ) -> Result<impl Stream<Item = std::result::Result<Bytes, std::io::Error>>> {
+    let t0 = std::time::Instant::now();
     let oom_before = sb.oom_kills();
     let (mut r, w, spec, started) = start(&m, &sb, &req).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -253,7 +269,9 @@ pub async fn exec_stream(
         let last = match r {
             Ok(e) => {
                 let oom = sb.oom_kills() > oom_before;
-                ExecStreamLine::Exited(result(e, [Vec::new(), Vec::new()], enc, oom))
+                let res = result(e, [Vec::new(), Vec::new()], enc, oom);
+                count_command(&m, &res, t0.elapsed());
+                ExecStreamLine::Exited(res)
             }
             Err(e) => ExecStreamLine::Error { error: crate::api::ApiError::from(e).into_detail() },
         };

@@ -397,6 +397,23 @@ pub struct ContextList {
     pub contexts: Vec<Context>,
 }
 
+/// `GET /v1/sandboxes/{id}/metrics`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SandboxMetrics {
+    /// CPU use since the previous metrics call (or since creation), in percent of one core.
+    pub cpu_percent: f64,
+    pub cpu_usage_ms: u64,
+    pub memory_used_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak_bytes: Option<u64>,
+    pub memory_limit_bytes: u64,
+    pub disk_used_bytes: u64,
+    pub disk_limit_bytes: u64,
+    pub pids: u64,
+    pub pids_limit: u64,
+    pub oom_kills: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
