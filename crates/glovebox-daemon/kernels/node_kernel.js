@@ -23,7 +23,7 @@
 // * The main result is the cell's completion value (what the REPL prints) as text/plain
 //   via util.inspect; undefined gives no result. `display(value)` and
 //   `display.html(s)`/`.markdown`/`.svg`/`.png`/`.json`/`.latex` give non-main results.
-// * `env` is applied to process.env for the cell and restored afterwards.
+// * `env` is set in process.env before the cell and kept afterwards (not restored).
 // * Output: fds 1 and 2 are FIFOs drained by a worker thread (so child processes started
 //   with stdio "inherit" are captured), process.stdout/stderr write to them
 //   synchronously, fd 0 is /dev/null. The protocol channel moves to private fds reopened
@@ -184,7 +184,7 @@ function flush(s) {
 
 function add(s, chunk) {
   s.parts.push(chunk); s.size += chunk.length;
-  if (s.size >= CHUNK || chunk[chunk.length - 1] === 10) flush(s);
+  if (s.size >= CHUNK) flush(s);
   else if (!s.timer) s.timer = setTimeout(() => flush(s), BATCH_MS);
 }
 
@@ -671,26 +671,13 @@ async function evaluate(code, filename) {
   }
 }
 
-function applyEnv(vars) {
-  const saved = new Map();
-  for (const [k, v] of Object.entries(vars)) {
-    saved.set(k, Object.prototype.hasOwnProperty.call(env, k) ? env[k] : undefined);
-    env[k] = String(v);
-  }
-  return () => {
-    for (const [k, old] of saved) {
-      if (old === undefined) delete env[k];
-      else env[k] = old;
-    }
-  };
-}
 
 async function runCell(id, code, vars) {
   syncOutput(id);
   count += 1;
   const filename = `${CELL_PREFIX}${count}>`;
   cellSources.set(count, code.split('\n'));
-  const restore = applyEnv(vars);
+  for (const [k, v] of Object.entries(vars)) env[k] = String(v);
   try {
     const value = await evaluate(code, filename);
     if (value !== undefined) emitResult(bundle(value), true);
@@ -705,7 +692,6 @@ async function runCell(id, code, vars) {
     send({ type: 'error', id: outputId, ...described });
   } finally {
     interruptCell = null;
-    restore();
   }
   syncOutput();
   send({ type: 'end', id, execution_count: count });

@@ -19,8 +19,9 @@ Protocol (the same for the Python, Node and bash kernels):
 
 Decisions:
 
-* ``env`` is applied to ``os.environ`` for the duration of the cell and then restored
-  (keys the cell did not have before are removed again), like E2B's per-run envs.
+* ``env`` is set in ``os.environ`` before the cell runs and kept afterwards (the daemon
+  sends the sandbox's environment with the first cell this way).  Unlike E2B's per-run
+  envs, values are not restored when the cell ends.
 * A request line that is not valid JSON or lacks a string ``code`` gets an error event
   named ``ProtocolError``.  If the line carried a string ``id`` the error has that id and
   is followed by ``end`` (execution count unchanged), so a caller waiting on the id is
@@ -63,7 +64,7 @@ _SELF = __file__
 # Keep the kernel's own module alive once ``__main__`` is replaced by the user namespace.
 _SELF_MODULE = sys.modules[__name__]
 
-# How long a partial line may wait for the rest of it before it is sent anyway.
+# How long output may wait for more before it is sent (results and ends send it at once).
 _BATCH_SECONDS = 0.02
 # Largest text of one stdout/stderr event, in bytes read.
 _CHUNK = 32 * 1024
@@ -237,7 +238,7 @@ class Kernel:
                 now = time.monotonic()
                 for stream in self.streams:
                     p = stream.pending
-                    if p and (p.endswith(b"\n") or len(p) >= _CHUNK or now - stream.since >= _BATCH_SECONDS):
+                    if p and (len(p) >= _CHUNK or now - stream.since >= _BATCH_SECONDS):
                         self._flush_stream(stream)
 
     def _read_all(self):
@@ -382,6 +383,19 @@ class Kernel:
                     importlib.import_module(name)
                 except BaseException:
                     pass
+        if "matplotlib.pyplot" in sys.modules:
+            # Render one throwaway figure: the first savefig loads fonts and the Agg
+            # renderer, which would otherwise cost the user's first plot ~100 ms.
+            try:
+                import io
+                plt = sys.modules["matplotlib.pyplot"]
+                fig = plt.figure()
+                plt.hist([1, 2, 2, 3])
+                plt.title("warm-up")
+                fig.savefig(io.BytesIO(), format="png")
+                plt.close(fig)
+            except BaseException:
+                pass
         self._sync_output()
         self.forward = True
         self._send({"type": "ready", "language": "python"})
@@ -424,7 +438,6 @@ class Kernel:
         self.count += 1
         filename = f"<cell-{self.count}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         self.interrupt_pending = False
         try:
@@ -450,11 +463,6 @@ class Kernel:
             self._emit({"type": "error", **_describe(exc)})
         finally:
             self.executing = False
-            for key, old in saved.items():
-                if old is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = old
         self._sync_output()
         self._send({"type": "end", "id": rid, "execution_count": self.count})
 

@@ -49,6 +49,7 @@ pub const DEFAULT_CELL_TIMEOUT_MS: u64 = 60_000;
 pub const KERNEL_FILES: &[(&str, &str)] = &[
     ("python_kernel.py", include_str!("../kernels/python_kernel.py")),
     ("node_kernel.js", include_str!("../kernels/node_kernel.js")),
+    ("bash_kernel.sh", include_str!("../kernels/bash_kernel.sh")),
 ];
 
 fn argv(lang: Language) -> Vec<String> {
