@@ -40,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes", post(create).get(list))
         .route("/sandboxes/{id}", get(get_one).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/network", axum::routing::put(set_network))
         .route("/sandboxes/{id}/exec", post(exec))
         .route("/sandboxes/{id}/commands", get(commands))
         .route("/sandboxes/{id}/commands/{cid}", get(command))
@@ -510,4 +511,12 @@ async fn sandbox_metrics(State(st): State<AppState>, Path(id): Path<String>) -> 
         m.disk_used_bytes = u.disk_used_bytes;
     }
     Ok(json(StatusCode::OK, &m))
+}
+
+async fn set_network(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(p): Json<glovebox_proto::api::NetworkPolicy>,
+) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.set_network(&id, p).await?.view()))
 }

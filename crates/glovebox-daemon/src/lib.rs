@@ -7,6 +7,7 @@ pub mod code;
 pub mod error;
 pub mod manager;
 pub mod metrics;
+pub mod net;
 pub mod ops;
 pub mod server;
 pub mod slots;

@@ -106,6 +106,7 @@ pub struct Manager {
     pool: Mutex<Vec<Booted>>,
     pool_filling: std::sync::atomic::AtomicUsize,
     pub metrics: crate::metrics::Metrics,
+    net: Arc<crate::net::Net>,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -163,7 +164,9 @@ pub struct Sb {
     pub limits: Limits,
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
-    pub network: NetworkPolicy,
+    /// The policy in force (replaceable live), and whether the sandbox has its link.
+    network: Mutex<(NetworkPolicy, bool)>,
+    dns_stop: Arc<Notify>,
     pub pid: i32,
     /// A pidfd of the agent (PID 1): signals and waits cannot hit a recycled pid.
     pidfd: Option<std::os::fd::OwnedFd>,
@@ -195,7 +198,7 @@ impl Sb {
             expires_at: rfc3339(lock(&self.deadline).1),
             limits: Limits { disk_mb: disk_bytes(&self.limits) >> 20, ..self.limits.clone() },
             metadata: self.metadata.clone(),
-            network: self.network.clone(),
+            network: lock(&self.network).0.clone(),
             end_reason: None,
         }
     }
@@ -290,6 +293,7 @@ impl Manager {
             pool: Mutex::new(Vec::new()),
             pool_filling: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
+            net: Arc::new(crate::net::Net::new()),
         });
         m.reconcile();
         m.refill_pool();
@@ -329,6 +333,10 @@ impl Manager {
                 }
             }
             self.remember(&id, EndReason::DaemonRestart);
+        }
+        // Firewall tables of dead daemons (their sandboxes' links died with the sandboxes).
+        if which_nft() {
+            crate::net::reap_stale_tables();
         }
         // Cgroups with no directory (a daemon killed mid-create or mid-teardown).
         if let Ok(names) = self.cgroups.list() {
@@ -451,6 +459,7 @@ impl Manager {
         let limits = self.limits_for(&req.resources)?;
         let template = req.template.clone().unwrap_or_else(|| "base".to_string());
         let tpl = self.template(&template)?;
+        let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
         if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
             return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
@@ -482,7 +491,8 @@ impl Manager {
             limits,
             metadata: req.metadata,
             env: req.env,
-            network: req.network,
+            network: Mutex::new((req.network.clone(), false)),
+            dns_stop: Arc::new(Notify::new()),
             pid: booted.pid,
             pidfd: booted.pidfd,
             socket: booted.socket,
@@ -497,6 +507,12 @@ impl Manager {
         });
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
         self.watch(sb.clone());
+        if policy.needs_link() {
+            if let Err(e) = self.link(&sb, &policy).await {
+                self.destroy(&sb.id, EndReason::Error).await;
+                return Err(e);
+            }
+        }
         if !warm && tpl.preload.is_some() {
             // Start the kernel now so the first cell pays as little as possible.
             let sb2 = sb.clone();
@@ -736,6 +752,54 @@ impl Manager {
         });
     }
 
+    /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
+    async fn link(&self, sb: &Arc<Sb>, policy: &glovebox_proto::policy::Policy) -> Result<()> {
+        let (slot, pid) = (sb._slot.index, sb.pid);
+        let p = policy.clone();
+        let net = self.net.clone();
+        tokio::task::spawn_blocking(move || net.attach(slot, pid, &p))
+            .await
+            .map_err(|e| Error::Internal(format!("network task: {e}")))??;
+        lock(&sb.network).1 = true;
+        let (host, _) = crate::net::link_addrs(slot);
+        let resolv = format!("nameserver {host}\noptions timeout:2 attempts:2\n");
+        let (mut r, mut w) = sb.connect().await?;
+        w.json(&glovebox_proto::agent::Request::WriteFile {
+            path: "/etc/resolv.conf".into(),
+            mode: Some(0o644),
+            parents: true,
+        })
+        .await?;
+        w.data(glovebox_proto::frame::Kind::Data, resolv.as_bytes()).await?;
+        w.json(&glovebox_proto::agent::Request::EndData).await?;
+        match r.json::<glovebox_proto::agent::Reply>().await? {
+            glovebox_proto::agent::Reply::FileInfo(_) => {}
+            other => return Err(Error::Agent(format!("write resolv.conf: {other:?}"))),
+        }
+        crate::net::spawn_dns_forwarder(slot, sb.dns_stop.clone())?;
+        Ok(())
+    }
+
+    /// Replaces a sandbox's network policy, atomically; connections the new policy does not
+    /// allow are reset.
+    pub async fn set_network(&self, id: &str, np: NetworkPolicy) -> Result<Arc<Sb>> {
+        let sb = self.get(id)?;
+        let policy = glovebox_proto::policy::parse(&np).map_err(Error::Invalid)?;
+        let linked = lock(&sb.network).1;
+        if !linked {
+            if policy.needs_link() {
+                self.link(&sb, &policy).await?;
+            }
+        } else {
+            let (slot, p, net) = (sb._slot.index, policy.clone(), self.net.clone());
+            tokio::task::spawn_blocking(move || net.apply(slot, &p, false))
+                .await
+                .map_err(|e| Error::Internal(format!("network task: {e}")))??;
+        }
+        lock(&sb.network).0 = np;
+        Ok(sb)
+    }
+
     /// Moves the lifetime deadline to `timeout_s` from now.
     pub fn set_timeout(&self, id: &str, timeout_s: u64) -> Result<Arc<Sb>> {
         if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
@@ -756,8 +820,18 @@ impl Manager {
         self.remember(id, reason);
         self.metrics.ended(reason);
         sb.clock.notify_one();
+        sb.dns_stop.notify_waiters();
         let sb2 = sb.clone();
-        let r = tokio::task::spawn_blocking(move || teardown(&sb2)).await;
+        let linked = lock(&sb.network).1;
+        let net = self.net.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let r = teardown(&sb2);
+            if linked {
+                net.detach(sb2._slot.index);
+            }
+            r
+        })
+        .await;
         match r {
             Ok(Ok(())) => tracing::info!(sandbox = %id, reason = reason.as_str(), "sandbox destroyed"),
             Ok(Err(e)) => tracing::error!(sandbox = %id, "teardown: {e}"),
@@ -776,6 +850,7 @@ impl Manager {
         for b in pooled {
             discard(b);
         }
+        self.net.teardown_table();
         let _ = fs::remove_dir_all(&self.skel);
     }
 
@@ -805,6 +880,10 @@ impl Manager {
 /// the kernel kill every other process in it, and PID 1's exit completes only once they are
 /// all gone, so reaping it is the proof; the cgroup kill is the fallback for anything odd
 /// (e.g. the agent was not our child after a restart).
+fn which_nft() -> bool {
+    ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].iter().any(|p| Path::new(p).exists())
+}
+
 /// Size of `/dev/shm`: a quarter of the memory budget, at most 64 MiB.
 fn shm_bytes(l: &Limits) -> u64 {
     ((l.memory_mb << 20) / 4).min(64 << 20)

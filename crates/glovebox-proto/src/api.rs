@@ -53,19 +53,31 @@ pub const MIN_DISK_MB: u64 = 1;
 pub const MAX_PIDS: u64 = 65_536;
 pub const MIN_PIDS: u64 = 8;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     /// Loopback only: no route, no DNS, nothing leaves the sandbox.
     #[default]
     DenyAll,
+    /// Only what `allow` names (minus `deny`).
+    AllowList,
+    /// Anything public (explicit opt-in), minus `deny` and the always-denied ranges.
+    AllowAll,
 }
 
+/// A sandbox's network policy. Rules are CIDRs or IPs (`198.51.100.0/24`, `198.51.100.7`),
+/// optionally with ports (`198.51.100.0/24:443,8443`). `deny` wins over `allow`; the host,
+/// other sandboxes, loopback, link-local (incl. metadata), private and multicast ranges are
+/// denied unless an `allow` rule names them. See `crate::policy`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkPolicy {
     #[serde(default)]
     pub mode: NetworkMode,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -5,3 +5,4 @@ pub mod api;
 pub mod frame;
 #[cfg(feature = "tokio")]
 pub mod io;
+pub mod policy;

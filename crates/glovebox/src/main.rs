@@ -6,6 +6,7 @@
 
 mod client;
 mod embedded;
+mod mcp;
 mod run;
 mod units;
 
@@ -42,6 +43,9 @@ enum Cmd {
     /// Files in a sandbox, through the daemon.
     #[command(subcommand)]
     Files(FilesCmd),
+    /// Serve the Model Context Protocol on stdio: tools that run code in one sandbox kept
+    /// for the session. Uses the daemon at $GLOVEBOX_URL if set, otherwise runs embedded.
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Args)]
@@ -87,6 +91,31 @@ impl LimitArgs {
     }
 }
 
+#[derive(Args, Clone, Default)]
+pub struct NetArgs {
+    /// Network mode: deny-all (default; loopback only), allow-list, allow-all.
+    #[arg(long)]
+    pub network: Option<String>,
+    /// Allow a CIDR or IP, optionally with ports (`198.51.100.0/24:443`); implies allow-list.
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+    /// Deny a CIDR or IP (wins over allows).
+    #[arg(long = "deny", value_name = "CIDR")]
+    pub deny: Vec<String>,
+}
+
+impl NetArgs {
+    pub fn policy(&self) -> Result<api::NetworkPolicy> {
+        let mode = match self.network.as_deref() {
+            None if !self.allow.is_empty() => api::NetworkMode::AllowList,
+            None => api::NetworkMode::DenyAll,
+            Some(m) => serde_json::from_value(serde_json::Value::String(m.to_string()))
+                .map_err(|_| anyhow::anyhow!("--network must be deny-all, allow-list or allow-all"))?,
+        };
+        Ok(api::NetworkPolicy { mode, allow: self.allow.clone(), deny: self.deny.clone() })
+    }
+}
+
 #[derive(Subcommand)]
 enum SandboxCmd {
     /// Create a sandbox and print its id.
@@ -99,10 +128,18 @@ enum SandboxCmd {
         timeout: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        net: NetArgs,
         #[arg(long = "env", value_name = "K=V")]
         env: Vec<String>,
         #[arg(long = "metadata", value_name = "K=V")]
         metadata: Vec<String>,
+    },
+    /// Replace a sandbox's network policy (live; connections it no longer allows are reset).
+    Network {
+        id: String,
+        #[command(flatten)]
+        net: NetArgs,
     },
     /// List live sandboxes.
     Ls,
@@ -184,6 +221,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Run(a) => run::run(a).await,
         Cmd::Sandbox(c) => sandbox(c).await,
         Cmd::Files(c) => files(c).await,
+        Cmd::Mcp(a) => mcp::run(a).await,
     }
 }
 
@@ -248,17 +286,23 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
     let client = remote()?;
     match c {
-        SandboxCmd::Create { template, timeout, limits, env, metadata } => {
+        SandboxCmd::Create { template, timeout, limits, net, env, metadata } => {
             let req = CreateSandbox {
                 template,
+                network: net.policy()?,
                 timeout_s: timeout.as_deref().map(units::duration_s).transpose()?,
                 resources: limits.resources()?,
                 env: kv(&env, "--env")?,
                 metadata: kv(&metadata, "--metadata")?,
-                ..Default::default()
             };
             let sb = client.create(&req).await?;
             println!("{}", sb.id);
+        }
+        SandboxCmd::Network { id, net } => {
+            let sb: api::Sandbox = client
+                .json(client.req(Method::PUT, &format!("/v1/sandboxes/{id}/network")).json(&net.policy()?))
+                .await?;
+            println!("{}", serde_json::to_string(&sb.network)?);
         }
         SandboxCmd::Ls => {
             let l: SandboxList = client.json(client.req(Method::GET, "/v1/sandboxes")).await?;

@@ -25,6 +25,8 @@ pub struct RunArgs {
     timeout: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    net: crate::NetArgs,
     /// Environment variable for the command (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
@@ -76,7 +78,14 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     // The sandbox outlives the command's budget a little, so the command's own timeout
     // (exit 124) is what ends a runaway, not the sandbox clock.
     let life_s = if timeout_ms == 0 { api::DEFAULT_TIMEOUT_S } else { timeout_ms.div_ceil(1000) + 30 };
-    let req = CreateSandbox { timeout_s: Some(life_s.min(api::MAX_TIMEOUT_S)), resources, env, ..Default::default() };
+    let req = CreateSandbox {
+        template: a.template.clone(),
+        timeout_s: Some(life_s.min(api::MAX_TIMEOUT_S)),
+        resources,
+        env,
+        metadata: Default::default(),
+        network: a.net.policy()?,
+    };
     let result = async {
         let sb = client.create(&req).await?;
         let r = async {
