@@ -41,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}", get(get_one).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/network", axum::routing::put(set_network))
+        .route("/sandboxes/{id}/egress", get(egress_log))
         .route("/sandboxes/{id}/exec", post(exec))
         .route("/sandboxes/{id}/commands", get(commands))
         .route("/sandboxes/{id}/commands/{cid}", get(command))
@@ -519,4 +520,9 @@ async fn set_network(
     Json(p): Json<glovebox_proto::api::NetworkPolicy>,
 ) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &st.manager.set_network(&id, p).await?.view()))
+}
+
+async fn egress_log(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    Ok(json(StatusCode::OK, &glovebox_proto::api::EgressLog { entries: sb.egress.entries() }))
 }

@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod code;
+pub mod egress;
 pub mod error;
 pub mod manager;
 pub mod metrics;

@@ -167,6 +167,8 @@ pub struct Sb {
     /// The policy in force (replaceable live), and whether the sandbox has its link.
     network: Mutex<(NetworkPolicy, bool)>,
     dns_stop: Arc<Notify>,
+    /// Name-based egress state: resolver, proxy, audit.
+    pub egress: Arc<crate::egress::Egress>,
     pub pid: i32,
     /// A pidfd of the agent (PID 1): signals and waits cannot hit a recycled pid.
     pidfd: Option<std::os::fd::OwnedFd>,
@@ -493,6 +495,7 @@ impl Manager {
             env: req.env,
             network: Mutex::new((req.network.clone(), false)),
             dns_stop: Arc::new(Notify::new()),
+            egress: crate::egress::Egress::new(policy.clone()),
             pid: booted.pid,
             pidfd: booted.pidfd,
             socket: booted.socket,
@@ -776,7 +779,7 @@ impl Manager {
             glovebox_proto::agent::Reply::FileInfo(_) => {}
             other => return Err(Error::Agent(format!("write resolv.conf: {other:?}"))),
         }
-        crate::net::spawn_dns_forwarder(slot, sb.dns_stop.clone())?;
+        crate::net::spawn_services(slot, sb.egress.clone(), sb.dns_stop.clone())?;
         Ok(())
     }
 
@@ -796,6 +799,7 @@ impl Manager {
                 .await
                 .map_err(|e| Error::Internal(format!("network task: {e}")))??;
         }
+        sb.egress.set_policy(policy);
         lock(&sb.network).0 = np;
         Ok(sb)
     }

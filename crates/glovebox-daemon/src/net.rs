@@ -90,6 +90,10 @@ impl Net {
                    set ifaces {{ type ifname; }}\n\
                    map out {{ type ifname : verdict; }}\n\
                    map in {{ type ifname : verdict; }}\n\
+                   map nat {{ type ifname : verdict; }}\n\
+                   chain prerouting {{ type nat hook prerouting priority -100;\n\
+                     iifname @ifaces iifname vmap @nat\n\
+                   }}\n\
                    chain forward {{ type filter hook forward priority 0; policy accept;\n\
                      iifname @ifaces iifname vmap @out\n\
                      iifname @ifaces drop\n\
@@ -180,15 +184,29 @@ impl Net {
         // at once), the rest an ICMP error.
         add("meta l4proto tcp counter reject with tcp reset".to_string());
         add("counter reject".to_string());
-        let dns = if policy.mode != NetworkMode::DenyAll {
-            format!("add rule inet {t} {chain}_in ip daddr {host} udp dport 53 accept\n")
-        } else {
-            String::new()
-        };
+        let mut dns = String::new();
+        let mut nat = String::new();
+        if policy.mode != NetworkMode::DenyAll {
+            dns.push_str(&format!("add rule inet {t} {chain}_in ip daddr {host} udp dport 53 accept\n"));
+            let ports = policy.proxied_ports();
+            if !ports.is_empty() {
+                let ports = ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+                let proxy = crate::egress::PROXY_PORT;
+                // Name-checked TCP goes to the proxy; CIDR allows are routed as they are.
+                let direct = policy.allow.iter().map(|a| a.net.to_string()).collect::<Vec<_>>();
+                let skip =
+                    if direct.is_empty() { String::new() } else { format!("ip daddr != {{ {} }} ", direct.join(", ")) };
+                nat.push_str(&format!(
+                    "add rule inet {t} {chain}_nat ip daddr != {host} {skip}tcp dport {{ {ports} }} dnat ip to {host}:{proxy}\n"
+                ));
+                dns.push_str(&format!("add rule inet {t} {chain}_in ip daddr {host} tcp dport {proxy} accept\n"));
+            }
+        }
         let elements = if first {
             format!(
                 "add element inet {t} out {{ \"{dev}\" : jump {chain} }}\n\
                  add element inet {t} in {{ \"{dev}\" : jump {chain}_in }}\n\
+                 add element inet {t} nat {{ \"{dev}\" : jump {chain}_nat }}\n\
                  add element inet {t} ifaces {{ \"{dev}\" }}\n"
             )
         } else {
@@ -197,7 +215,8 @@ impl Net {
         nft(&format!(
             "add chain inet {t} {chain}\nflush chain inet {t} {chain}\n\
              add chain inet {t} {chain}_in\nflush chain inet {t} {chain}_in\n\
-             {rules}{dns}{elements}"
+             add chain inet {t} {chain}_nat\nflush chain inet {t} {chain}_nat\n\
+             {rules}{dns}{nat}{elements}"
         ))
     }
 
@@ -209,7 +228,8 @@ impl Net {
         let _ = nft(&format!(
             "delete element inet {t} ifaces {{ \"{dev}\" }}\n\
              delete element inet {t} out {{ \"{dev}\" }}\ndelete element inet {t} in {{ \"{dev}\" }}\n\
-             delete chain inet {t} sb{slot}\ndelete chain inet {t} sb{slot}_in\n"
+             delete element inet {t} nat {{ \"{dev}\" }}\n\
+             delete chain inet {t} sb{slot}\ndelete chain inet {t} sb{slot}_in\ndelete chain inet {t} sb{slot}_nat\n"
         ));
     }
 
@@ -247,43 +267,24 @@ fn dns_upstream() -> Option<SocketAddr> {
         .map(|ip| SocketAddr::new(ip, 53))
 }
 
-/// A UDP DNS forwarder on the host end of one sandbox's link: relays each query to the
-/// upstream resolver and the answer back. Bounded: at most 64 queries in flight, 2 s each.
-pub fn spawn_dns_forwarder(slot: u32, stop: Arc<tokio::sync::Notify>) -> Result<()> {
+/// Starts the sandbox's resolver and proxy on the host end of its link.
+pub fn spawn_services(
+    slot: u32,
+    eg: std::sync::Arc<crate::egress::Egress>,
+    stop: Arc<tokio::sync::Notify>,
+) -> Result<()> {
     let (host, _) = link_addrs(slot);
-    let Some(upstream) = dns_upstream() else {
-        return Err(Error::Unavailable("no DNS upstream (set GLOVEBOX_DNS_UPSTREAM)".into()));
-    };
-    let std_sock =
-        std::net::UdpSocket::bind((host, 53)).map_err(|e| Error::Internal(format!("dns bind {host}: {e}")))?;
-    std_sock.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
-    let sock = Arc::new(tokio::net::UdpSocket::from_std(std_sock).map_err(|e| Error::Internal(e.to_string()))?);
-    let inflight = Arc::new(tokio::sync::Semaphore::new(64));
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 1500];
-        loop {
-            let (n, from) = tokio::select! {
-                r = sock.recv_from(&mut buf) => match r { Ok(x) => x, Err(_) => continue },
-                _ = stop.notified() => return,
-            };
-            let Ok(permit) = inflight.clone().try_acquire_owned() else { continue };
-            let q = buf[..n].to_vec();
-            let sock = sock.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let Ok(up) = tokio::net::UdpSocket::bind("0.0.0.0:0").await else { return };
-                if up.send_to(&q, upstream).await.is_err() {
-                    return;
-                }
-                let mut ans = vec![0u8; 4096];
-                if let Ok(Ok((m, _))) =
-                    tokio::time::timeout(std::time::Duration::from_secs(2), up.recv_from(&mut ans)).await
-                {
-                    let _ = sock.send_to(&ans[..m], from).await;
-                }
-            });
-        }
-    });
+    let upstream =
+        dns_upstream().ok_or_else(|| Error::Unavailable("no DNS upstream (set GLOVEBOX_DNS_UPSTREAM)".into()))?;
+    let udp = std::net::UdpSocket::bind((host, 53)).map_err(|e| Error::Internal(format!("dns bind {host}: {e}")))?;
+    udp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
+    let udp = tokio::net::UdpSocket::from_std(udp).map_err(|e| Error::Internal(e.to_string()))?;
+    let tcp = std::net::TcpListener::bind((host, crate::egress::PROXY_PORT))
+        .map_err(|e| Error::Internal(format!("proxy bind {host}: {e}")))?;
+    tcp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
+    let tcp = tokio::net::TcpListener::from_std(tcp).map_err(|e| Error::Internal(e.to_string()))?;
+    crate::egress::spawn_resolver(udp, upstream, eg.clone(), stop.clone());
+    crate::egress::spawn_proxy(tcp, eg, stop);
     Ok(())
 }
 

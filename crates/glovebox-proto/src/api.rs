@@ -426,6 +426,28 @@ pub struct SandboxMetrics {
     pub oom_kills: u64,
 }
 
+/// One egress attempt (`GET /v1/sandboxes/{id}/egress`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EgressEntry {
+    pub time: String,
+    /// `dns` or `tcp`.
+    pub kind: String,
+    /// The name asked for (DNS) or presented (TLS SNI / HTTP Host); empty if none.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    pub port: u16,
+    pub allowed: bool,
+    pub reason: String,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EgressLog {
+    pub entries: Vec<EgressEntry>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,17 +66,83 @@ pub struct Rule {
     pub ports: Vec<u16>,
 }
 
+/// An allowed name: exact (`api.example.test`) or every subdomain (`*.example.test`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainRule {
+    /// Lower case, without a trailing dot; for wildcards, the suffix after `*.`.
+    pub name: String,
+    pub wildcard: bool,
+    /// Empty: 80 and 443.
+    pub ports: Vec<u16>,
+}
+
+impl DomainRule {
+    pub fn matches(&self, name: &str) -> bool {
+        let n = name.trim_end_matches('.').to_ascii_lowercase();
+        if self.wildcard {
+            n.len() > self.name.len() + 1
+                && n.ends_with(&self.name)
+                && n.as_bytes()[n.len() - self.name.len() - 1] == b'.'
+        } else {
+            n == self.name
+        }
+    }
+
+    pub fn allows_port(&self, port: u16) -> bool {
+        if self.ports.is_empty() {
+            port == 80 || port == 443
+        } else {
+            self.ports.contains(&port)
+        }
+    }
+}
+
 /// A checked policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub mode: NetworkMode,
     pub allow: Vec<Rule>,
+    pub domains: Vec<DomainRule>,
     pub deny: Vec<Net4>,
 }
 
 impl Policy {
     pub fn deny_all() -> Policy {
-        Policy { mode: NetworkMode::DenyAll, allow: Vec::new(), deny: Vec::new() }
+        Policy { mode: NetworkMode::DenyAll, allow: Vec::new(), domains: Vec::new(), deny: Vec::new() }
+    }
+
+    /// Whether DNS may answer `name` (allow-all: anything; allow-list: a domain rule names it).
+    pub fn allows_name(&self, name: &str) -> bool {
+        match self.mode {
+            NetworkMode::DenyAll => false,
+            NetworkMode::AllowAll => true,
+            NetworkMode::AllowList => self.domains.iter().any(|d| d.matches(name)),
+        }
+    }
+
+    /// Whether a proxied connection to `name` on `port` is allowed (the destination address
+    /// must also be one DNS gave this sandbox for `name`; the proxy checks that).
+    pub fn allows_name_port(&self, name: &str, port: u16) -> bool {
+        match self.mode {
+            NetworkMode::DenyAll => false,
+            NetworkMode::AllowAll => true,
+            NetworkMode::AllowList => self.domains.iter().any(|d| d.matches(name) && d.allows_port(port)),
+        }
+    }
+
+    /// TCP ports whose traffic goes through the name-checking proxy.
+    pub fn proxied_ports(&self) -> Vec<u16> {
+        let mut v: Vec<u16> = Vec::new();
+        for d in &self.domains {
+            if d.ports.is_empty() {
+                v.extend([80, 443]);
+            } else {
+                v.extend(&d.ports);
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Whether the sandbox needs a network interface at all.
@@ -110,8 +176,6 @@ fn parse_net(s: &str) -> Result<Net4, String> {
     let addr: Ipv4Addr = addr.parse().map_err(|_| {
         if addr.contains(':') {
             format!("{s:?}: IPv6 rules are not supported (sandboxes have no IPv6 route)")
-        } else if addr.chars().any(|c| c.is_ascii_alphabetic()) {
-            format!("{s:?}: domain rules are not supported yet; allow CIDRs or IPs, or use allow-all")
         } else {
             format!("{s:?} is not an IPv4 address or CIDR")
         }
@@ -145,16 +209,63 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
     Ok(Rule { net, ports: out })
 }
 
+fn looks_like_domain(s: &str) -> bool {
+    let host = s
+        .rsplit_once(':')
+        .map_or(s, |(h, p)| if p.split(',').all(|x| x.trim().parse::<u32>().is_ok()) { h } else { s });
+    host.chars().any(|c| c.is_ascii_alphabetic()) && !host.contains('/') && !host.contains("::")
+}
+
+fn parse_domain(s: &str) -> Result<DomainRule, String> {
+    let s = s.trim();
+    let (host, ports) = match s.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (s, None),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let (wildcard, name) = match host.strip_prefix("*.") {
+        Some(rest) => (true, rest.to_string()),
+        None => (false, host.clone()),
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.len() > 253 || !name.contains('.') || !name.split('.').all(label_ok) {
+        return Err(format!("{s:?} is not a valid domain (use name.tld or *.name.tld)"));
+    }
+    let mut out = Vec::new();
+    if let Some(p) = ports {
+        for x in p.split(',') {
+            let n: u32 = x.trim().parse().map_err(|_| format!("bad port {x:?} in {s:?}"))?;
+            if n == 0 || n > 65535 {
+                return Err(format!("port {n} in {s:?} is out of range (1-65535)"));
+            }
+            out.push(n as u16);
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+    Ok(DomainRule { name, wildcard, ports: out })
+}
+
 /// Checks a policy; the error names the rule and the problem.
 pub fn parse(p: &NetworkPolicy) -> Result<Policy, String> {
     if p.allow.len() + p.deny.len() > 256 {
         return Err("at most 256 rules".into());
     }
-    let allow = p
-        .allow
-        .iter()
-        .map(|r| parse_rule(r).map_err(|e| format!("network.allow: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut domains = Vec::new();
+    let mut allow = Vec::new();
+    for r in &p.allow {
+        if looks_like_domain(r) {
+            domains.push(parse_domain(r).map_err(|e| format!("network.allow: {e}"))?);
+        } else {
+            allow.push(parse_rule(r).map_err(|e| format!("network.allow: {e}"))?);
+        }
+    }
     let deny = p
         .deny
         .iter()
@@ -167,13 +278,13 @@ pub fn parse(p: &NetworkPolicy) -> Result<Policy, String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     match p.mode {
-        NetworkMode::DenyAll if !allow.is_empty() || !deny.is_empty() => {
+        NetworkMode::DenyAll if !allow.is_empty() || !domains.is_empty() || !deny.is_empty() => {
             return Err("network: deny-all takes no allow or deny rules (use allow-list)".into())
         }
-        NetworkMode::AllowList if allow.is_empty() => {
+        NetworkMode::AllowList if allow.is_empty() && domains.is_empty() => {
             return Err("network: allow-list needs at least one allow rule".into())
         }
-        NetworkMode::AllowAll if !allow.is_empty() => {
+        NetworkMode::AllowAll if !allow.is_empty() || !domains.is_empty() => {
             return Err("network: allow-all takes no allow rules (they would change nothing); use allow-list".into())
         }
         _ => {}
@@ -183,7 +294,7 @@ pub fn parse(p: &NetworkPolicy) -> Result<Policy, String> {
             return Err(format!("network: {d} is both allowed and denied"));
         }
     }
-    Ok(Policy { mode: p.mode, allow, deny })
+    Ok(Policy { mode: p.mode, allow, domains, deny })
 }
 
 #[cfg(test)]
@@ -224,7 +335,9 @@ mod tests {
         let e = |p: NetworkPolicy| parse(&p).unwrap_err();
         assert!(e(pol(NetworkMode::AllowList, &[], &[])).contains("at least one"));
         assert!(e(pol(NetworkMode::DenyAll, &["198.51.100.1"], &[])).contains("deny-all takes no"));
-        assert!(e(pol(NetworkMode::AllowList, &["api.good.test"], &[])).contains("domain rules"));
+        assert!(e(pol(NetworkMode::AllowList, &["bad_name.test"], &[])).contains("not a valid domain"));
+        assert!(e(pol(NetworkMode::AllowList, &["localhost"], &[])).contains("not a valid domain"));
+        assert!(e(pol(NetworkMode::AllowAll, &["api.good.test"], &[])).contains("allow-all takes no"));
         assert!(e(pol(NetworkMode::AllowList, &["::1"], &[])).contains("IPv6"));
         assert!(e(pol(NetworkMode::AllowList, &["198.51.100.0/33"], &[])).contains("over 32"));
         assert!(e(pol(NetworkMode::AllowList, &["198.51.100.1:0"], &[])).contains("out of range"));
@@ -233,6 +346,26 @@ mod tests {
         assert!(e(pol(NetworkMode::AllowList, &["198.51.100.0/24"], &["198.51.100.0/24"]))
             .contains("both allowed and denied"));
         assert!(e(pol(NetworkMode::AllowAll, &[], &["198.51.100.1:80"])).contains("no ports"));
+    }
+
+    #[test]
+    fn domains() {
+        let p =
+            parse(&pol(NetworkMode::AllowList, &["api.good.test", "*.pkg.test:8443", "198.51.100.0/24"], &[])).unwrap();
+        assert_eq!(p.domains.len(), 2);
+        assert_eq!(p.allow.len(), 1);
+        assert!(p.allows_name("API.Good.Test."));
+        assert!(!p.allows_name("good.test"));
+        assert!(!p.allows_name("evil-api.good.test"));
+        assert!(p.allows_name("a.b.pkg.test"));
+        assert!(!p.allows_name("pkg.test"), "a wildcard names subdomains only");
+        assert!(!p.allows_name("xpkg.test"));
+        assert!(p.allows_name_port("api.good.test", 443));
+        assert!(!p.allows_name_port("api.good.test", 8443));
+        assert!(p.allows_name_port("x.pkg.test", 8443));
+        assert!(!p.allows_name_port("x.pkg.test", 443));
+        assert_eq!(p.proxied_ports(), vec![80, 443, 8443]);
+        assert!(!parse(&NetworkPolicy::default()).unwrap().allows_name("api.good.test"));
     }
 
     proptest! {

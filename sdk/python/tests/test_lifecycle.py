@@ -1,0 +1,102 @@
+"""Sandboxes: create, inspect, list, extend, kill, and the context manager."""
+
+import secrets
+import time
+
+import pytest
+
+import glovebox
+from glovebox import Sandbox, SandboxGoneError
+
+
+def wait_gone(sid: str, deadline_s: float) -> SandboxGoneError:
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            Sandbox.connect(sid)
+        except SandboxGoneError as e:
+            return e
+        assert time.monotonic() < end, f"sandbox {sid} still alive after {deadline_s}s"
+        time.sleep(0.1)
+
+
+def test_create_info_kill(daemon):
+    sb = Sandbox.create(timeout=60, cpus=0.5, memory_mb=256, pids=64, metadata={"who": "test"})
+    try:
+        info = sb.info()
+        assert info.id == sb.id and info.state == "running" and info.template == "base"
+        assert info.limits.cpus == 0.5 and info.limits.memory_mb == 256 and info.limits.pids == 64
+        assert info.metadata == {"who": "test"}
+        assert info.network == {"mode": "deny-all"}
+        left = (info.expires_at - info.created_at).total_seconds()
+        assert 59 <= left <= 61, left
+        assert sb.is_running()
+    finally:
+        assert sb.kill() is True
+    with pytest.raises(SandboxGoneError) as e:
+        sb.info()
+    assert e.value.reason == "killed" and e.value.status == 410 and e.value.code == "sandbox_gone"
+    assert not sb.is_running()
+    assert sb.kill() is False, "killing a gone sandbox is a no-op"
+
+
+def test_context_manager_kills_on_exception(daemon):
+    with pytest.raises(RuntimeError, match="boom"):
+        with Sandbox.create() as sb:
+            sid = sb.id
+            assert sb.commands.run("true").exit_code == 0
+            raise RuntimeError("boom")
+    with pytest.raises(SandboxGoneError) as e:
+        Sandbox.connect(sid)
+    assert e.value.reason == "killed"
+
+
+def test_context_manager_kills_on_success(daemon):
+    with Sandbox.create() as sb:
+        sid = sb.id
+    assert wait_gone(sid, 1).reason == "killed"
+
+
+def test_connect_to_existing(sb):
+    sb.files.write("note.txt", "from the first handle")
+    other = Sandbox.connect(sb.id)
+    assert other.id == sb.id
+    assert other.commands.run("cat note.txt").stdout == "from the first handle"
+
+
+def test_env_of_the_sandbox(daemon):
+    with Sandbox.create(env={"GREETING": "hello", "SHARED": "sandbox"}) as sb:
+        r = sb.commands.run('echo "$GREETING $SHARED"', env={"SHARED": "command"})
+        assert r.stdout == "hello command\n"
+
+
+def test_set_timeout(sb):
+    before = sb.info().expires_at
+    info = sb.set_timeout(600)
+    assert (info.expires_at - before).total_seconds() > 400
+    sb.set_timeout(1)
+    t = time.monotonic()
+    assert wait_gone(sb.id, 10).reason == "timeout"
+    assert time.monotonic() - t < 10
+
+
+def test_list_with_metadata_filter(daemon):
+    tag = secrets.token_hex(6)
+    with Sandbox.create(metadata={"suite": tag, "role": "a"}) as a, \
+            Sandbox.create(metadata={"suite": tag, "role": "b"}) as b:
+        both = {s.id for s in Sandbox.list(metadata={"suite": tag})}
+        assert both == {a.id, b.id}
+        only_a = Sandbox.list(metadata={"suite": tag, "role": "a"})
+        assert [s.id for s in only_a] == [a.id]
+        assert only_a[0].metadata == {"suite": tag, "role": "a"}
+        assert Sandbox.list(metadata={"suite": "no-such-" + tag}) == []
+        assert {a.id, b.id} <= {s.id for s in Sandbox.list()}
+
+
+def test_create_with_explicit_url_and_key(daemon, monkeypatch):
+    monkeypatch.delenv("GLOVEBOX_URL")
+    monkeypatch.delenv("GLOVEBOX_API_KEY")
+    with Sandbox.create(url=daemon.url, api_key=daemon.api_key) as sb:
+        assert sb.commands.run("echo ok").stdout == "ok\n"
+        assert any(s.id == sb.id for s in Sandbox.list(url=daemon.url, api_key=daemon.api_key))
+    assert glovebox.__version__
