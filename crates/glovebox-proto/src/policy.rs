@@ -183,17 +183,8 @@ fn parse_net(s: &str) -> Result<Net4, String> {
     Ok(Net4 { addr, prefix })
 }
 
-fn parse_rule(s: &str) -> Result<Rule, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("empty rule".into());
-    }
-    // `net:ports` — but an IPv6 address also has colons; let parse_net explain that case.
-    let (net, ports) = match s.rsplit_once(':') {
-        Some((n, p)) if !n.contains(':') && p.split(',').all(|x| x.trim().parse::<u32>().is_ok()) => (n, Some(p)),
-        _ => (s, None),
-    };
-    let net = parse_net(net)?;
+/// `443,8443` (from rule `s`, for messages) → sorted, deduplicated ports.
+fn parse_ports(ports: Option<&str>, s: &str) -> Result<Vec<u16>, String> {
     let mut out = Vec::new();
     if let Some(p) = ports {
         for x in p.split(',') {
@@ -206,6 +197,21 @@ fn parse_rule(s: &str) -> Result<Rule, String> {
         out.sort_unstable();
         out.dedup();
     }
+    Ok(out)
+}
+
+fn parse_rule(s: &str) -> Result<Rule, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty rule".into());
+    }
+    // `net:ports` — but an IPv6 address also has colons; let parse_net explain that case.
+    let (net, ports) = match s.rsplit_once(':') {
+        Some((n, p)) if !n.contains(':') && p.split(',').all(|x| x.trim().parse::<u32>().is_ok()) => (n, Some(p)),
+        _ => (s, None),
+    };
+    let net = parse_net(net)?;
+    let out = parse_ports(ports, s)?;
     Ok(Rule { net, ports: out })
 }
 
@@ -237,18 +243,7 @@ fn parse_domain(s: &str) -> Result<DomainRule, String> {
     if name.len() > 253 || !name.contains('.') || !name.split('.').all(label_ok) {
         return Err(format!("{s:?} is not a valid domain (use name.tld or *.name.tld)"));
     }
-    let mut out = Vec::new();
-    if let Some(p) = ports {
-        for x in p.split(',') {
-            let n: u32 = x.trim().parse().map_err(|_| format!("bad port {x:?} in {s:?}"))?;
-            if n == 0 || n > 65535 {
-                return Err(format!("port {n} in {s:?} is out of range (1-65535)"));
-            }
-            out.push(n as u16);
-        }
-        out.sort_unstable();
-        out.dedup();
-    }
+    let out = parse_ports(ports, s)?;
     Ok(DomainRule { name, wildcard, ports: out })
 }
 
