@@ -33,7 +33,8 @@ fn prometheus_counters_move_and_sandbox_metrics_measure() {
         assert!(v.parse::<f64>().is_ok(), "not a valid sample line: {line}");
     }
     let id = d.create(sandbox_body(json!({ "resources": { "cpus": 1.0 } })));
-    let r = d.exec(&id, json!({ "cmd": ["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t < 1.0: pass"] }));
+    let r =
+        d.exec(&id, json!({ "cmd": ["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t < 1.0: pass"] }));
     assert_eq!(r["exit_code"], 0, "{r}");
     let r = d.exec(&id, json!({ "cmd": ["sleep", "5"], "timeout_ms": 200 }));
     assert_eq!(r["timed_out"], true, "{r}");
@@ -50,9 +51,15 @@ fn prometheus_counters_move_and_sandbox_metrics_measure() {
     let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 204);
     let after = scrape(&d);
-    assert_eq!(sample(&after, "glovebox_sandboxes_created_total") - sample(&before, "glovebox_sandboxes_created_total"), 1.0);
+    assert_eq!(
+        sample(&after, "glovebox_sandboxes_created_total") - sample(&before, "glovebox_sandboxes_created_total"),
+        1.0
+    );
     assert_eq!(sample(&after, "glovebox_commands_total") - sample(&before, "glovebox_commands_total"), 2.0);
-    assert_eq!(sample(&after, "glovebox_command_timeouts_total") - sample(&before, "glovebox_command_timeouts_total"), 1.0);
+    assert_eq!(
+        sample(&after, "glovebox_command_timeouts_total") - sample(&before, "glovebox_command_timeouts_total"),
+        1.0
+    );
     assert_eq!(
         sample(&after, "glovebox_sandboxes_ended_total{reason=\"killed\"}")
             - sample(&before, "glovebox_sandboxes_ended_total{reason=\"killed\"}"),
