@@ -15,6 +15,7 @@ pub const MAX_TIMEOUT_S: u64 = 24 * 3600;
 pub const DEFAULT_COMMAND_TIMEOUT_MS: u64 = 60_000;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     /// CPU quota in cores (fractions allowed).
@@ -31,6 +32,7 @@ pub struct Resources {
 
 /// The limits a sandbox actually runs with (defaults filled in).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Limits {
     pub cpus: f64,
     pub memory_mb: u64,
@@ -54,6 +56,7 @@ pub const MAX_PIDS: u64 = 65_536;
 pub const MIN_PIDS: u64 = 8;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     /// Loopback only: no route, no DNS, nothing leaves the sandbox.
@@ -70,6 +73,7 @@ pub enum NetworkMode {
 /// other sandboxes, loopback, link-local (incl. metadata), private and multicast ranges are
 /// denied unless an `allow` rule names them. See `crate::policy`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NetworkPolicy {
     #[serde(default)]
@@ -81,6 +85,7 @@ pub struct NetworkPolicy {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Template name; `base` (the host's own /usr, read-only) when absent.
@@ -102,6 +107,7 @@ pub struct CreateSandbox {
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxState {
     Starting,
@@ -111,6 +117,7 @@ pub enum SandboxState {
 
 /// Why a sandbox is gone.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EndReason {
     /// Its lifetime ran out.
@@ -138,6 +145,7 @@ impl EndReason {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Sandbox {
     pub id: String,
     pub template: String,
@@ -154,11 +162,13 @@ pub struct Sandbox {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SandboxList {
     pub sandboxes: Vec<Sandbox>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SetTimeout {
     pub timeout_s: u64,
@@ -166,6 +176,7 @@ pub struct SetTimeout {
 
 /// How command output is put into JSON: lossy UTF-8 text, or base64 of the exact bytes.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Encoding {
     #[default]
@@ -174,9 +185,11 @@ pub enum Encoding {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// An argv array, or a string run with `/bin/sh -c`.
+    #[cfg_attr(feature = "schema", schemars(with = "serde_json::Value"))]
     pub cmd: Command,
     #[serde(default)]
     pub cwd: Option<String>,
@@ -202,6 +215,7 @@ pub struct ExecRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ExecResult {
     pub id: u64,
     pub exit_code: i32,
@@ -220,6 +234,7 @@ pub struct ExecResult {
 
 /// Lines of the NDJSON exec stream (`Accept: application/x-ndjson`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExecStreamLine {
     Started { id: u64, pid: i32 },
@@ -230,15 +245,18 @@ pub enum ExecStreamLine {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Started {
     pub id: u64,
     pub pid: i32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CommandSummary {
     pub id: u64,
     pub pid: i32,
+    #[cfg_attr(feature = "schema", schemars(with = "serde_json::Value"))]
     pub cmd: Command,
     pub running: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,11 +264,13 @@ pub struct CommandSummary {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CommandList {
     pub commands: Vec<CommandSummary>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// Signal number; default SIGKILL (9).
@@ -259,12 +279,14 @@ pub struct SignalRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MakeDir {
     pub path: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Rename {
     pub from: String,
@@ -272,17 +294,21 @@ pub struct Rename {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Entries {
+    #[cfg_attr(feature = "schema", schemars(with = "serde_json::Value"))]
     pub entries: Vec<FileInfo>,
 }
 
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
     /// Stable machine-readable code, e.g. `sandbox_gone`, `invalid_request`.
     pub code: String,
@@ -294,6 +320,7 @@ pub struct ErrorDetail {
 
 /// Languages of code contexts.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     #[default]
@@ -316,6 +343,7 @@ impl Language {
 
 /// `POST /v1/sandboxes/{id}/code`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunCode {
     pub code: String,
@@ -336,6 +364,7 @@ pub struct RunCode {
 
 /// One rich result: a MIME bundle (`text/plain`, `text/html`, `image/png` (base64), …).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CodeResult {
     /// The value of the cell's last expression (as opposed to `display(…)` and figures).
     pub is_main_result: bool,
@@ -343,12 +372,14 @@ pub struct CodeResult {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Logs {
     pub stdout: Vec<String>,
     pub stderr: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CodeError {
     pub name: String,
     pub value: String,
@@ -357,6 +388,7 @@ pub struct CodeError {
 
 /// What a cell produced (the shape E2B users know).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Execution {
     pub results: Vec<CodeResult>,
     pub logs: Logs,
@@ -371,6 +403,7 @@ pub struct Execution {
 
 /// Lines of the NDJSON code stream (`Accept: application/x-ndjson`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CodeStreamLine {
     Stdout {
@@ -389,6 +422,7 @@ pub enum CodeStreamLine {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateContext {
     #[serde(default)]
@@ -398,6 +432,7 @@ pub struct CreateContext {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Context {
     pub id: String,
     pub language: Language,
@@ -405,12 +440,14 @@ pub struct Context {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ContextList {
     pub contexts: Vec<Context>,
 }
 
 /// `GET /v1/sandboxes/{id}/metrics`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SandboxMetrics {
     /// CPU use since the previous metrics call (or since creation), in percent of one core.
     pub cpu_percent: f64,
@@ -428,6 +465,7 @@ pub struct SandboxMetrics {
 
 /// One egress attempt (`GET /v1/sandboxes/{id}/egress`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EgressEntry {
     pub time: String,
     /// `dns` or `tcp`.
@@ -444,6 +482,7 @@ pub struct EgressEntry {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EgressLog {
     pub entries: Vec<EgressEntry>,
 }

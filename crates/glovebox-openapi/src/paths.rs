@@ -1,0 +1,630 @@
+//! The hand-written half of the document: one row per (method, route) the daemon serves
+//! (`crates/glovebox-daemon/src/api.rs`, `router`), naming the request and response bodies
+//! by their schema names. The `valid` test parses the router's `.route("…")` calls and fails
+//! when a route or method here is missing.
+
+use serde_json::{json, Map, Value};
+
+/// A request or response body.
+#[derive(Clone, Copy)]
+pub enum Body {
+    None,
+    /// `application/json` with this schema.
+    Json(&'static str),
+    /// `application/json`, or one JSON object of the second schema per line with
+    /// `Accept: application/x-ndjson`.
+    JsonOrNdjson(&'static str, &'static str),
+    /// Raw bytes (`application/octet-stream`).
+    Bytes,
+    /// `text/plain`.
+    Text,
+}
+
+/// A parameter's schema.
+#[derive(Clone, Copy)]
+pub enum Ty {
+    Str,
+    Bool,
+    /// An integer in `[min, max]` with a default.
+    Int {
+        min: u64,
+        max: u64,
+        default: u64,
+    },
+    /// An unsigned 64-bit integer.
+    U64,
+    /// A string matching a regular expression.
+    Pattern(&'static str),
+    /// A component schema.
+    Ref(&'static str),
+}
+
+#[derive(Clone, Copy)]
+pub struct Param {
+    pub name: &'static str,
+    /// `path` or `query`.
+    pub place: &'static str,
+    pub ty: Ty,
+    pub required: bool,
+    pub description: &'static str,
+}
+
+const fn path(name: &'static str, ty: Ty, description: &'static str) -> Param {
+    Param { name, place: "path", ty, required: true, description }
+}
+
+const fn query(name: &'static str, ty: Ty, description: &'static str) -> Param {
+    Param { name, place: "query", ty, required: false, description }
+}
+
+const ID: Param = path("id", Ty::Str, "Sandbox id.");
+const CMD_ID: Param = path("cid", Ty::U64, "Command id (`id` of `Started` or `ExecResult`).");
+const CTX_ID: Param = path("cid", Ty::Str, "Context id (`id` of `Context`).");
+const FILE_PATH: Param = Param {
+    name: "path",
+    place: "query",
+    ty: Ty::Str,
+    required: true,
+    description: "Sandbox path; relative paths start at `/home/user`. Resolved inside the sandbox: `..` \
+                  and symlinks cannot leave it.",
+};
+
+/// A success response.
+#[derive(Clone, Copy)]
+pub struct Reply {
+    pub status: u16,
+    pub description: &'static str,
+    pub body: Body,
+}
+
+const fn reply(status: u16, description: &'static str, body: Body) -> Reply {
+    Reply { status, description, body }
+}
+
+const NO_CONTENT: Reply = reply(204, "Done.", Body::None);
+
+/// One operation.
+pub struct Op {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub id: &'static str,
+    pub tag: &'static str,
+    pub summary: &'static str,
+    pub description: &'static str,
+    pub params: &'static [Param],
+    pub body: Body,
+    /// Whether `body` may be left out.
+    pub body_optional: bool,
+    pub replies: &'static [Reply],
+    /// Error statuses, each a `components/responses` entry with an `ErrorBody`.
+    pub errors: &'static [u16],
+    /// Served without an API key.
+    pub public: bool,
+}
+
+const OP: Op = Op {
+    method: "",
+    path: "",
+    id: "",
+    tag: "",
+    summary: "",
+    description: "",
+    params: &[],
+    body: Body::None,
+    body_optional: false,
+    replies: &[],
+    errors: &[],
+    public: false,
+};
+
+/// Errors of a route that looks up a sandbox.
+const SB: &[u16] = &[401, 404, 410, 500];
+/// … and takes a JSON body.
+const SB_JSON: &[u16] = &[400, 401, 404, 410, 413, 415, 500];
+/// … and talks to the sandbox's agent.
+const SB_AGENT: &[u16] = &[400, 401, 404, 410, 500, 502];
+/// … a file operation.
+const SB_FILE: &[u16] = &[400, 401, 403, 404, 409, 410, 500, 502, 507];
+const SB_FILE_JSON: &[u16] = &[400, 401, 403, 404, 409, 410, 413, 415, 500, 502, 507];
+
+pub const OPS: &[Op] = &[
+    // --- sandboxes ---------------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/sandboxes",
+        id: "createSandbox",
+        tag: "sandboxes",
+        summary: "Create a sandbox",
+        description: "All fields are optional. Bounds: `timeout_s` 1–86400; `cpus` 0.01–64; `memory_mb` \
+                      16–262144; `disk_mb` 1–1048576; `pids` 8–65536.",
+        body: Body::Json("CreateSandbox"),
+        replies: &[reply(201, "The new sandbox.", Body::Json("Sandbox"))],
+        errors: &[400, 401, 404, 413, 415, 500, 503],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes",
+        id: "listSandboxes",
+        tag: "sandboxes",
+        summary: "List live sandboxes",
+        params: &[query(
+            "metadata",
+            Ty::Str,
+            "`key=value` filters, comma separated (`k1=v1,k2=v2`); every pair must match.",
+        )],
+        replies: &[reply(200, "The live sandboxes.", Body::Json("SandboxList"))],
+        errors: &[400, 401, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}",
+        id: "getSandbox",
+        tag: "sandboxes",
+        summary: "Get a sandbox",
+        description: "A sandbox that has ended answers 410 `sandbox_gone` with the `reason`.",
+        params: &[ID],
+        replies: &[reply(200, "The sandbox.", Body::Json("Sandbox"))],
+        errors: SB,
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/sandboxes/{id}",
+        id: "deleteSandbox",
+        tag: "sandboxes",
+        summary: "Destroy a sandbox",
+        description: "Everything running in it is killed.",
+        params: &[ID],
+        replies: &[NO_CONTENT],
+        errors: SB,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/timeout",
+        id: "setSandboxTimeout",
+        tag: "sandboxes",
+        summary: "Move a sandbox's lifetime deadline",
+        description: "The deadline becomes now + `timeout_s`.",
+        params: &[ID],
+        body: Body::Json("SetTimeout"),
+        replies: &[reply(200, "The sandbox with its new deadline.", Body::Json("Sandbox"))],
+        errors: SB_JSON,
+        ..OP
+    },
+    Op {
+        method: "put",
+        path: "/v1/sandboxes/{id}/network",
+        id: "setSandboxNetwork",
+        tag: "network",
+        summary: "Replace a sandbox's network policy",
+        description: "Takes effect at once; connections the new policy no longer allows are reset.",
+        params: &[ID],
+        body: Body::Json("NetworkPolicy"),
+        replies: &[reply(200, "The sandbox with its new policy.", Body::Json("Sandbox"))],
+        errors: &[400, 401, 404, 410, 413, 415, 500, 502, 503],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/egress",
+        id: "getEgressLog",
+        tag: "network",
+        summary: "The sandbox's egress attempts",
+        params: &[ID],
+        replies: &[reply(200, "Recent egress attempts, allowed and denied.", Body::Json("EgressLog"))],
+        errors: SB,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/metrics",
+        id: "getSandboxMetrics",
+        tag: "sandboxes",
+        summary: "Resource use of a sandbox",
+        description: "`cpu_percent` is the average since the previous call (100 = one core).",
+        params: &[ID],
+        replies: &[reply(200, "Current usage and limits.", Body::Json("SandboxMetrics"))],
+        errors: SB,
+        ..OP
+    },
+    // --- commands ----------------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/exec",
+        id: "exec",
+        tag: "commands",
+        summary: "Run a command",
+        description: "Waits for the command and returns its result. With `Accept: application/x-ndjson` \
+                      the response streams one `ExecStreamLine` per line: `started`, `stdout`/`stderr` \
+                      chunks as they happen, then `exited` (with empty output fields) or `error`. With \
+                      `\"background\": true` it answers 202 at once; fetch the result from \
+                      `GET …/commands/{cid}`.",
+        params: &[ID],
+        body: Body::Json("ExecRequest"),
+        replies: &[
+            reply(
+                200,
+                "The finished command (or its event stream).",
+                Body::JsonOrNdjson("ExecResult", "ExecStreamLine"),
+            ),
+            reply(202, "A background command was started.", Body::Json("Started")),
+        ],
+        errors: &[400, 401, 404, 410, 413, 415, 500, 502],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/commands",
+        id: "listCommands",
+        tag: "commands",
+        summary: "List the sandbox's commands",
+        description: "Running commands and the last 64 finished ones.",
+        params: &[ID],
+        replies: &[reply(200, "The commands.", Body::Json("CommandList"))],
+        errors: SB_AGENT,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/commands/{cid}",
+        id: "getCommand",
+        tag: "commands",
+        summary: "A command's result",
+        description: "With `wait=true` waits for the command to end; with `wait=false` a command still \
+                      running is a 409.",
+        params: &[
+            ID,
+            CMD_ID,
+            query("wait", Ty::Bool, "Wait for the command to end (default false)."),
+            query("encoding", Ty::Ref("Encoding"), "How the output fields are encoded (default utf8)."),
+        ],
+        replies: &[reply(200, "The finished command.", Body::Json("ExecResult"))],
+        errors: &[400, 401, 404, 409, 410, 500, 502],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/commands/{cid}/kill",
+        id: "killCommand",
+        tag: "commands",
+        summary: "Signal a command",
+        description: "An empty body sends SIGKILL, which kills every process the command started.",
+        params: &[ID, CMD_ID],
+        body: Body::Json("SignalRequest"),
+        body_optional: true,
+        replies: &[NO_CONTENT],
+        errors: SB_AGENT,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/commands/{cid}/stdin",
+        id: "sendStdin",
+        tag: "commands",
+        summary: "Feed a background command's stdin",
+        params: &[ID, CMD_ID, query("close", Ty::Bool, "Close stdin after these bytes (default false).")],
+        body: Body::Bytes,
+        body_optional: true,
+        replies: &[NO_CONTENT],
+        errors: &[400, 401, 404, 409, 410, 500, 502],
+        ..OP
+    },
+    // --- files -------------------------------------------------------------------------
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/files",
+        id: "downloadFile",
+        tag: "files",
+        summary: "Download a file",
+        params: &[ID, FILE_PATH],
+        replies: &[reply(200, "The file's bytes (streamed).", Body::Bytes)],
+        errors: SB_FILE,
+        ..OP
+    },
+    Op {
+        method: "put",
+        path: "/v1/sandboxes/{id}/files",
+        id: "uploadFile",
+        tag: "files",
+        summary: "Upload a file",
+        description: "The body is streamed (any size within the disk budget); missing parent directories \
+                      are created.",
+        params: &[ID, FILE_PATH, query("mode", Ty::Pattern("^(0o)?[0-7]{1,4}$"), "Octal file mode, e.g. `0644`.")],
+        body: Body::Bytes,
+        replies: &[reply(200, "The written file.", Body::Json("FileInfo"))],
+        errors: SB_FILE,
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/sandboxes/{id}/files",
+        id: "removeFile",
+        tag: "files",
+        summary: "Remove a file or directory",
+        params: &[ID, FILE_PATH, query("recursive", Ty::Bool, "Remove a non-empty directory (default false).")],
+        replies: &[NO_CONTENT],
+        errors: SB_FILE,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/files/list",
+        id: "listFiles",
+        tag: "files",
+        summary: "List a directory",
+        description: "At most 10,000 entries.",
+        params: &[ID, FILE_PATH, query("depth", Ty::Int { min: 1, max: 32, default: 1 }, "How deep to descend.")],
+        replies: &[reply(200, "The entries.", Body::Json("Entries"))],
+        errors: SB_FILE,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/files/stat",
+        id: "statFile",
+        tag: "files",
+        summary: "Describe a path",
+        description: "A symlink is reported as one (not followed).",
+        params: &[ID, FILE_PATH],
+        replies: &[reply(200, "The path's metadata.", Body::Json("FileInfo"))],
+        errors: SB_FILE,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/files/mkdir",
+        id: "makeDir",
+        tag: "files",
+        summary: "Create a directory (and its parents)",
+        params: &[ID],
+        body: Body::Json("MakeDir"),
+        replies: &[reply(200, "The directory.", Body::Json("FileInfo"))],
+        errors: SB_FILE_JSON,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/files/rename",
+        id: "renameFile",
+        tag: "files",
+        summary: "Rename or move a path",
+        params: &[ID],
+        body: Body::Json("Rename"),
+        replies: &[reply(200, "The path at its new name.", Body::Json("FileInfo"))],
+        errors: SB_FILE_JSON,
+        ..OP
+    },
+    // --- code interpreter --------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/code",
+        id: "runCode",
+        tag: "code",
+        summary: "Run code in a stateful context",
+        description: "Without `context_id` the sandbox's default context of `language` is used (created on \
+                      first use). An exception in the cell is not an HTTP error: it is `error` in the \
+                      `Execution`. With `Accept: application/x-ndjson` one `CodeStreamLine` per event as it \
+                      happens, ending with `end`.",
+        params: &[ID],
+        body: Body::Json("RunCode"),
+        replies: &[reply(
+            200,
+            "What the cell produced (or its event stream).",
+            Body::JsonOrNdjson("Execution", "CodeStreamLine"),
+        )],
+        errors: &[400, 401, 404, 410, 413, 415, 500, 502],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/contexts",
+        id: "createContext",
+        tag: "code",
+        summary: "Create a code context",
+        params: &[ID],
+        body: Body::Json("CreateContext"),
+        replies: &[reply(201, "The new context.", Body::Json("Context"))],
+        errors: &[400, 401, 404, 410, 413, 415, 500, 502],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/contexts",
+        id: "listContexts",
+        tag: "code",
+        summary: "List code contexts",
+        params: &[ID],
+        replies: &[reply(200, "The contexts.", Body::Json("ContextList"))],
+        errors: SB,
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/sandboxes/{id}/contexts/{cid}",
+        id: "removeContext",
+        tag: "code",
+        summary: "Remove a code context",
+        params: &[ID, CTX_ID],
+        replies: &[NO_CONTENT],
+        errors: SB,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/contexts/{cid}/restart",
+        id: "restartContext",
+        tag: "code",
+        summary: "Restart a code context (its state is cleared)",
+        params: &[ID, CTX_ID],
+        replies: &[reply(200, "The context.", Body::Json("Context"))],
+        errors: SB_AGENT,
+        ..OP
+    },
+    // --- the daemon --------------------------------------------------------------------
+    Op {
+        method: "get",
+        path: "/metrics",
+        id: "prometheusMetrics",
+        tag: "daemon",
+        summary: "Prometheus metrics of the daemon",
+        description: "Text exposition format 0.0.4 (`text/plain; version=0.0.4`).",
+        replies: &[reply(200, "The metrics.", Body::Text)],
+        errors: &[401],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/healthz",
+        id: "healthz",
+        tag: "daemon",
+        summary: "Liveness check (no API key needed)",
+        replies: &[reply(200, "`ok`", Body::Text)],
+        public: true,
+        ..OP
+    },
+];
+
+/// The error responses under `components/responses`: status, name, description.
+pub const ERRORS: &[(u16, &str, &str)] = &[
+    (400, "BadRequest", "`invalid_request` (malformed JSON, unknown field, value out of bounds: the message names it), or from the file API `invalid_path`, `not_a_directory`, `is_a_directory`, `spawn_failed`."),
+    (401, "Unauthorized", "`unauthorized`: missing or wrong API key."),
+    (403, "Forbidden", "`permission_denied`: the sandbox's own permissions refuse the file operation."),
+    (404, "NotFound", "`sandbox_not_found`, `template_not_found`, `command_not_found`, `context_not_found`, `file_not_found` or `not_found`."),
+    (409, "Conflict", "`conflict` (e.g. a command still running), `file_exists` or `directory_not_empty`."),
+    (410, "Gone", "`sandbox_gone`: the sandbox ended; `reason` is `timeout`, `killed`, `oom`, `error` or `daemon_restart`."),
+    (413, "PayloadTooLarge", "`invalid_request`: the JSON body is over 16 MiB (use the file API for more)."),
+    (415, "UnsupportedMediaType", "`invalid_request`: the body is not `application/json`."),
+    (500, "InternalError", "`start_failed` or `internal`; details are in the daemon's log."),
+    (502, "BadGateway", "`agent_error`: the sandbox's agent misbehaved or vanished mid-request."),
+    (503, "Unavailable", "`unavailable`: a host resource the request needs is missing or used up."),
+    (507, "InsufficientStorage", "`disk_full`: the sandbox's disk budget is used up."),
+];
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn ty(t: Ty) -> Value {
+    match t {
+        Ty::Str => json!({ "type": "string" }),
+        Ty::Bool => json!({ "type": "boolean", "default": false }),
+        Ty::Int { min, max, default } => {
+            json!({ "type": "integer", "format": "uint32", "minimum": min, "maximum": max, "default": default })
+        }
+        Ty::U64 => json!({ "type": "integer", "format": "uint64", "minimum": 0 }),
+        Ty::Pattern(p) => json!({ "type": "string", "pattern": p }),
+        Ty::Ref(name) => schema_ref(name),
+    }
+}
+
+fn content(b: Body) -> Option<Value> {
+    let binary = json!({ "schema": { "type": "string", "format": "binary" } });
+    match b {
+        Body::None => None,
+        Body::Json(s) => Some(json!({ "application/json": { "schema": schema_ref(s) } })),
+        Body::JsonOrNdjson(s, line) => Some(json!({
+            "application/json": { "schema": schema_ref(s) },
+            "application/x-ndjson": { "schema": schema_ref(line) },
+        })),
+        Body::Bytes => Some(json!({ "application/octet-stream": binary })),
+        Body::Text => Some(json!({ "text/plain": { "schema": { "type": "string" } } })),
+    }
+}
+
+fn operation(op: &Op) -> Value {
+    let mut o = Map::new();
+    o.insert("operationId".into(), op.id.into());
+    o.insert("tags".into(), json!([op.tag]));
+    o.insert("summary".into(), op.summary.into());
+    if !op.description.is_empty() {
+        o.insert("description".into(), op.description.into());
+    }
+    if !op.params.is_empty() {
+        let ps: Vec<Value> = op
+            .params
+            .iter()
+            .map(|p| {
+                json!({
+                    "name": p.name,
+                    "in": p.place,
+                    "required": p.required,
+                    "description": p.description,
+                    "schema": ty(p.ty),
+                })
+            })
+            .collect();
+        o.insert("parameters".into(), ps.into());
+    }
+    if let Some(c) = content(op.body) {
+        o.insert("requestBody".into(), json!({ "required": !op.body_optional, "content": c }));
+    }
+    let mut responses = Map::new();
+    for r in op.replies {
+        let mut v = json!({ "description": r.description });
+        if let Some(c) = content(r.body) {
+            v["content"] = c;
+        }
+        responses.insert(r.status.to_string(), v);
+    }
+    for status in op.errors {
+        // Every status an op lists is in ERRORS (checked by a test); a miss would give a
+        // dangling `$ref`, which the validity test also catches.
+        let name = ERRORS.iter().find(|e| e.0 == *status).map_or("InternalError", |e| e.1);
+        responses.insert(status.to_string(), json!({ "$ref": format!("#/components/responses/{name}") }));
+    }
+    o.insert("responses".into(), responses.into());
+    if op.public {
+        o.insert("security".into(), json!([]));
+    }
+    o.into()
+}
+
+/// The `paths` object.
+pub fn paths() -> Map<String, Value> {
+    let mut paths = Map::new();
+    for op in OPS {
+        let item = paths.entry(op.path).or_insert_with(|| json!({}));
+        item[op.method] = operation(op);
+    }
+    paths
+}
+
+/// The `components/responses` object.
+pub fn error_responses() -> Map<String, Value> {
+    ERRORS
+        .iter()
+        .map(|(_, name, description)| {
+            let v = json!({
+                "description": description,
+                "content": { "application/json": { "schema": schema_ref("ErrorBody") } },
+            });
+            (name.to_string(), v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_status_has_a_response() {
+        for op in OPS {
+            for s in op.errors {
+                assert!(ERRORS.iter().any(|e| e.0 == *s), "{} {}: no response for {s}", op.method, op.path);
+            }
+        }
+    }
+
+    #[test]
+    fn operation_ids_are_unique() {
+        let mut ids: Vec<&str> = OPS.iter().map(|o| o.id).collect();
+        ids.sort_unstable();
+        let before = ids.len();
+        ids.dedup();
+        assert_eq!(before, ids.len(), "duplicate operationId");
+    }
+}
