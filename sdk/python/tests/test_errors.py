@@ -85,14 +85,24 @@ def test_routes_a_daemon_lacks_are_not_supported():
 
 
 def test_network_policy_route(sb):
-    """The real daemon: the route works or is reported as unsupported, nothing else."""
-    try:
-        info = sb.update_network(mode="deny-all")
-    except NotSupportedError:
-        pytest.skip("this daemon has no PUT /v1/sandboxes/{id}/network yet")
-    assert info.network.get("mode") == "deny-all" and sb.info().network.get("mode") == "deny-all"
+    """Live policy updates and the egress audit against the real daemon."""
+    info = sb.update_network(mode="allow-list", allow=["api.good.test"])
+    assert info.network.get("mode") == "allow-list" and sb.info().network.get("mode") == "allow-list"
+    # A name the policy does not allow is answered NXDOMAIN by the host-side resolver
+    # (never sent upstream) and shows in the audit as denied.
+    r = sb.commands.run(
+        "python3 -c \"import socket\ntry:\n socket.gethostbyname('blocked.evil.test'); print('resolved')\n"
+        "except OSError:\n print('nxdomain')\""
+    )
+    assert r.stdout.strip() == "nxdomain", r
+    entries = sb.egress_log()["entries"]
+    assert any(e["name"] == "blocked.evil.test" and e["allowed"] is False for e in entries), entries
+    info = sb.update_network(mode="deny-all")
+    assert info.network.get("mode") == "deny-all"
     with pytest.raises(InvalidArgumentError):
         sb.update_network(mode="no-such-mode")
+    with pytest.raises(InvalidArgumentError):
+        sb.update_network(mode="allow-list")
 
 
 def test_metrics(sb):

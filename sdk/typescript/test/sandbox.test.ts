@@ -265,14 +265,24 @@ describe("network and metrics routes", () => {
     }
   });
 
-  it("against this daemon: supported or clearly not, never a bare 404", async () => {
+  it("live network updates and the egress audit against this daemon", async () => {
     await Sandbox.with({}, async (sb) => {
-      for (const call of [() => sb.updateNetwork({ mode: "deny-all" }), () => sb.egressLog()]) {
-        await call().then(
-          () => {},
-          (e: unknown) => isNotSupported(e),
-        );
-      }
+      const info = await sb.updateNetwork({ mode: "allow-list", allow: ["api.good.test"] });
+      assert.equal((info.network as { mode?: string }).mode, "allow-list");
+      const r = await sb.commands.run([
+        "python3",
+        "-c",
+        "import socket\ntry:\n socket.gethostbyname('blocked.evil.test'); print('resolved')\nexcept OSError:\n print('nxdomain')",
+      ]);
+      assert.equal(r.stdout.trim(), "nxdomain");
+      const log = await sb.egressLog();
+      assert.ok(
+        log.some((e) => (e as { name?: string }).name === "blocked.evil.test" && (e as { allowed?: boolean }).allowed === false),
+        JSON.stringify(log),
+      );
+      const back = await sb.updateNetwork({ mode: "deny-all" });
+      assert.equal((back.network as { mode?: string }).mode, "deny-all");
+      await assert.rejects(sb.updateNetwork({ mode: "allow-list" }), InvalidArgumentError);
     });
   });
 
