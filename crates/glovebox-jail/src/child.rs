@@ -55,6 +55,17 @@ fn err() -> io::Error {
 
 /// Runs in the forked child. Every call is a raw syscall on prepared data.
 fn in_child(s: &ChildSetup) -> io::Result<()> {
+    // The working directory must be reachable from the root: one entered through an
+    // inherited directory fd (`/proc/self/fd/N`) is not, and getcwd(2) then starts the path
+    // with "(unreachable)" (CVE-2024-21626). Refuse to start there.
+    let mut cwd = [0u8; 4096];
+    // SAFETY: the buffer is on this stack frame and its length is passed with it.
+    if unsafe { libc::syscall(libc::SYS_getcwd, cwd.as_mut_ptr(), cwd.len()) } < 0 {
+        return Err(err());
+    }
+    if cwd[0] != b'/' {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
     if let Some(fd) = &s.cgroup_procs {
         // "0" moves the writing process (both cgroup versions).
         // SAFETY: writing a static one-byte buffer to an fd we own.

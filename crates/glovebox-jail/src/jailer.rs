@@ -20,10 +20,10 @@
 //! Any failure ends every process of the sandbox: A and G exit, the jailer kills A, and the
 //! daemon (which owns the cgroup) kills whatever is left.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
@@ -92,14 +92,10 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
         fs::write(procs, &me).ctx_at("join cgroup", procs)?;
     }
     let cg = match &cfg.command_cgroup {
-        Some((dir, kill)) => {
-            let f = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-                .open(dir)
-                .ctx_at("open command cgroup", dir)?;
-            Some((OwnedFd::from(f), *kill))
-        }
+        // A detached clone of the cgroup dir's mount, not a plain fd of it: `..` cannot climb
+        // above a mount without a parent, so `/proc/self/fd/N/..` in a child of PID 1 (as a
+        // command's cwd or program path) never reaches the host (CVE-2024-21626).
+        Some((dir, kill)) => Some((sys::open_tree_clone(dir, false).ctx_at("open command cgroup", dir)?, *kill)),
         None => None,
     };
     let _ = fs::remove_file(&cfg.socket_path);
