@@ -44,6 +44,11 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// After SIGINT, how long a cell may take to end before its kernel is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 pub const DEFAULT_CELL_TIMEOUT_MS: u64 = 60_000;
+/// Output text kept per stream and cell; beyond it the cell's output is dropped (and said so).
+const MAX_CELL_TEXT: usize = 4 << 20;
+/// Rich results kept per cell, and their total size.
+const MAX_CELL_RESULTS: usize = 100;
+const MAX_CELL_RESULT_BYTES: usize = 64 << 20;
 
 /// The kernel programs, embedded so every sandbox gets the daemon's own version.
 pub const KERNEL_FILES: &[(&str, &str)] = &[
@@ -275,6 +280,41 @@ impl Kernel {
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut interrupted = false;
+        // Bounds on what one cell may hand the daemon (the kernel is untrusted).
+        let mut text = [0usize; 2];
+        let mut results = (0usize, 0usize);
+        let mut on = move |line: CodeStreamLine| {
+            let i = match &line {
+                CodeStreamLine::Stdout { .. } => 0,
+                CodeStreamLine::Stderr { .. } => 1,
+                CodeStreamLine::Result(r) => {
+                    let size: usize = r.data.values().map(|v| v.as_str().map_or(64, str::len)).sum();
+                    results = (results.0 + 1, results.1 + size);
+                    if results.0 > MAX_CELL_RESULTS || results.1 > MAX_CELL_RESULT_BYTES {
+                        if results.0 == MAX_CELL_RESULTS + 1 || results.1 - size <= MAX_CELL_RESULT_BYTES {
+                            on(CodeStreamLine::Stderr {
+                                text: "[glovebox: further results of this cell dropped]\n".into(),
+                            });
+                        }
+                        return;
+                    }
+                    return on(line);
+                }
+                _ => return on(line),
+            };
+            let n = match &line {
+                CodeStreamLine::Stdout { text } | CodeStreamLine::Stderr { text } => text.len(),
+                _ => 0,
+            };
+            let before = text[i];
+            text[i] += n;
+            if text[i] <= MAX_CELL_TEXT {
+                on(line);
+            } else if before <= MAX_CELL_TEXT {
+                let note = format!("\n[glovebox: output truncated after {} MiB]\n", MAX_CELL_TEXT >> 20);
+                on(if i == 0 { CodeStreamLine::Stdout { text: note } } else { CodeStreamLine::Stderr { text: note } });
+            }
+        };
         loop {
             let limit = if interrupted { deadline + INTERRUPT_GRACE } else { deadline };
             let next = tokio::time::timeout_at(limit, next_line(&mut st)).await;

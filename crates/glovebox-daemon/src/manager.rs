@@ -336,6 +336,26 @@ impl Manager {
             }
             self.remember(&id, EndReason::DaemonRestart);
         }
+        // Slot files naming a sandbox that has no directory (a crash between taking the slot
+        // and making the directory, or at the end of a teardown): free them.
+        if let Ok(entries) = fs::read_dir(self.cfg.run_dir.join("slots")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(n) = name.strip_suffix(".lock").and_then(|n| n.parse::<u32>().ok()) else { continue };
+                if self.slots.is_held(n) {
+                    continue;
+                }
+                let owner = fs::read_to_string(e.path()).unwrap_or_default();
+                let owner = owner.trim();
+                if owner.is_empty() || !dir.join(owner).exists() {
+                    if let Ok(Some(s)) = self.slots.adopt(n, owner) {
+                        drop(s);
+                    } else if owner.is_empty() {
+                        let _ = fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
         // Firewall tables of dead daemons (their sandboxes' links died with the sandboxes).
         if which_nft() {
             crate::net::reap_stale_tables();
@@ -860,10 +880,14 @@ impl Manager {
 
     /// One request to a sandbox's agent, answered by one reply.
     pub async fn agent_call(&self, sb: &Sb, req: &Request) -> Result<Reply> {
-        let (mut r, mut w) = sb.connect().await?;
-        w.json(req).await?;
-        let reply: Reply = r.json().await.map_err(|e| self.agent_error(&sb.id, e))?;
-        Ok(reply)
+        let call = async {
+            let (mut r, mut w) = sb.connect().await?;
+            w.json(req).await?;
+            r.json::<Reply>().await.map_err(|e| self.agent_error(&sb.id, e))
+        };
+        tokio::time::timeout(crate::ops::AGENT_REPLY, call)
+            .await
+            .map_err(|_| self.agent_error(&sb.id, "the agent did not answer in time"))?
     }
 
     /// Turns a broken agent connection into the reason the sandbox is gone, when it is.

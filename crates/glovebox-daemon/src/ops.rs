@@ -20,6 +20,11 @@ use crate::manager::{reply_error, Manager, Sb};
 
 /// How long past a command's own timeout the daemon waits for the agent's verdict.
 const AGENT_SLACK: Duration = Duration::from_secs(10);
+/// How long the daemon waits for any single reply of an agent (a hung or hostile agent must
+/// not hang API requests).
+pub const AGENT_REPLY: Duration = Duration::from_secs(15);
+/// Most output kept per stream when re-reading a command (the API's own cap).
+const MAX_KEPT: u64 = 64 << 20;
 
 fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
     let stdin = match (&req.stdin, &req.stdin_base64) {
@@ -80,7 +85,10 @@ async fn start(m: &Manager, sb: &Sb, req: &ExecRequest) -> Result<(Reader, Write
     let (spec, stdin) = spec(sb, req)?;
     let (mut r, mut w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
     w.json(&Request::Exec(spec.clone())).await?;
-    let first: serde_json::Value = r.json().await.map_err(|e| m.agent_error(&sb.id, e))?;
+    let first: serde_json::Value = tokio::time::timeout(AGENT_REPLY, r.json())
+        .await
+        .map_err(|_| m.agent_error(&sb.id, "the agent did not start the command in time"))?
+        .map_err(|e| m.agent_error(&sb.id, e))?;
     let started = match serde_json::from_value::<Event>(first.clone()) {
         Ok(Event::Started { id, pid }) => Started { id, pid },
         _ => {
@@ -291,7 +299,7 @@ pub async fn command_result(m: &Manager, sb: &Sb, id: u64, wait: bool, enc: Enco
     }
     let (mut r, mut w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
     w.json(&Request::Attach { id }).await?;
-    let (exit, out) = collect(m, sb, &mut r, u64::MAX, None).await.map_err(|e| match e {
+    let (exit, out) = collect(m, sb, &mut r, MAX_KEPT, None).await.map_err(|e| match e {
         Error::NotFound { .. } => Error::NotFound { what: "command", name: id.to_string() },
         e => e,
     })?;
@@ -346,7 +354,10 @@ pub async fn send_stdin(m: &Manager, sb: &Sb, id: u64, data: &[u8], close: bool)
     w.json(&Request::Stdin { id }).await?;
     // On a write error the agent has already answered (e.g. no such command): read that.
     let sent = send_stdin_frames(&mut w, id, data, close).await;
-    let reply = r.json::<Reply>().await;
+    let reply = match tokio::time::timeout(AGENT_REPLY, r.json::<Reply>()).await {
+        Ok(r) => r,
+        Err(_) => return Err(m.agent_error(&sb.id, "the agent did not answer in time")),
+    };
     if let (Err(e), Err(_)) = (&sent, &reply) {
         return Err(m.agent_error(&sb.id, e));
     }

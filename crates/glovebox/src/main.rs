@@ -226,7 +226,6 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
 }
 
 async fn serve(a: ServeArgs) -> Result<()> {
-    let manager = embedded::open_manager(&a.data_dir, a.warm_pool)?;
     let key = match a.api_key {
         Some(k) if !k.trim().is_empty() => k.trim().to_string(),
         _ => {
@@ -239,6 +238,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
     };
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    // Only now that key and port are ours: opening the manager boots the warm pool.
+    let manager = embedded::open_manager(&a.data_dir, a.warm_pool)?;
     tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
     let m = manager.clone();
     let shutdown = async {
