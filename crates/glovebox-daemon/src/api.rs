@@ -78,15 +78,60 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
         .and_then(|v| v.strip_prefix("Bearer "))
         .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()));
     match given {
-        Some(k) if constant_time_eq(k.trim().as_bytes(), st.api_key.as_bytes()) => next.run(req).await,
-        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key").into_response(),
-        None => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing API key (send `Authorization: Bearer <key>`)",
-        )
-        .into_response(),
+        Some(k) if constant_time_eq(k.trim().as_bytes(), st.api_key.as_bytes()) => {
+            let declared =
+                h.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+            let is_file_body = req.uri().path().ends_with("/files") || req.uri().path().ends_with("/stdin");
+            match declared {
+                Some(n) if n > MAX_JSON_BODY as u64 && !is_file_body => too_large(req).await,
+                _ => next.run(req).await,
+            }
+        }
+        Some(_) => {
+            drain(req.into_body()).await;
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key").into_response()
+        }
+        None => {
+            drain(req.into_body()).await;
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing API key (send `Authorization: Bearer <key>`)",
+            )
+            .into_response()
+        }
     }
+}
+
+/// Reads and drops what is left of a request body (bounded in size and time) before an
+/// early error answer: a server that answers while the client is still sending resets the
+/// connection, and the client then never sees the answer.
+pub(crate) async fn drain(mut body: Body) {
+    use http_body_util::BodyExt;
+    const DRAIN_MAX: usize = 64 << 20;
+    let mut seen = 0usize;
+    let go = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_MAX {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), go).await;
+}
+
+/// Answers 413 to a body declared larger than the JSON limit — after reading (and dropping)
+/// it, up to a bound: a server that answers while the client is still sending resets the
+/// connection, and the client then never sees the 413.
+async fn too_large(req: Request) -> Response {
+    drain(req.into_body()).await;
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request",
+        format!("request body is larger than {} MiB; send files with PUT …/files", MAX_JSON_BODY >> 20),
+    )
+    .into_response()
 }
 
 /// An error response: status + stable code + message (+ reason for `sandbox_gone`).
@@ -391,8 +436,25 @@ async fn upload(
         }
         None => None,
     };
-    let info = ops::upload(&st.manager, &sb, q.path, mode, body.into_data_stream()).await?;
-    Ok(json(StatusCode::OK, &info))
+    let mut stream = body.into_data_stream();
+    match ops::upload(&st.manager, &sb, q.path, mode, &mut stream).await {
+        Ok(info) => Ok(json(StatusCode::OK, &info)),
+        Err(e) => {
+            // E.g. the disk filled mid-upload: let the client finish sending, then answer.
+            use futures_util::StreamExt;
+            let go = async {
+                let mut seen = 0usize;
+                while let Some(Ok(c)) = stream.next().await {
+                    seen += c.len();
+                    if seen > 256 << 20 {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(10), go).await;
+            Err(e.into())
+        }
+    }
 }
 
 async fn remove(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
