@@ -666,8 +666,10 @@ fn resource_abuse_leaves_the_host_and_the_daemon_responsive() {
     );
     let max = latencies.iter().max().copied().unwrap_or_default();
     table.add(
-        "the daemon answers /healthz within 2 s throughout",
-        health_failures == 0 && !latencies.is_empty() && max < Duration::from_secs(2),
+        // A liveness bound, not a latency target (those live in bench/): generous enough for
+        // a loaded 2-core CI machine running other tests beside this one.
+        "the daemon answers /healthz within 5 s throughout",
+        health_failures == 0 && !latencies.is_empty() && max < Duration::from_secs(5),
         format!("{} checks, max {max:?}, {health_failures} failed", latencies.len()),
     );
     let (took, r) = second.clone().unwrap_or((Duration::ZERO, Value::Null));
