@@ -416,6 +416,19 @@ where
     S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
+    let oom_before = sb.oom_kills();
+    // The disk is RAM-backed: an upload that breaks while the sandbox hits its memory limit
+    // ran out of space, whatever broke first.
+    let out_of_memory = |e: Error| {
+        if sb.oom_kills() > oom_before && matches!(e, Error::Agent(_)) {
+            reply_error(
+                ap::ErrorCode::NoSpace,
+                "the sandbox ran out of memory during the upload (its disk is RAM-backed)".into(),
+            )
+        } else {
+            e
+        }
+    };
     let (mut r, mut w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
     w.json(&Request::WriteFile { path, mode, parents: true }).await?;
     let mut body = body;
@@ -426,14 +439,14 @@ where
                 // The agent stopped reading: it has an error reply waiting (e.g. disk full).
                 return match r.json::<Reply>().await {
                     Ok(Reply::Error { code, message }) => Err(reply_error(code, message)),
-                    _ => Err(m.agent_error(&sb.id, e)),
+                    _ => Err(out_of_memory(m.agent_error(&sb.id, e))),
                 };
             }
         }
     }
-    w.json(&Request::EndData).await?;
-    w.flush().await?;
-    match r.json::<Reply>().await.map_err(|e| m.agent_error(&sb.id, e))? {
+    w.json(&Request::EndData).await.map_err(|e| out_of_memory(e.into()))?;
+    w.flush().await.map_err(|e| out_of_memory(e.into()))?;
+    match r.json::<Reply>().await.map_err(|e| out_of_memory(m.agent_error(&sb.id, e)))? {
         Reply::FileInfo(i) => Ok(i),
         other => Err(unexpected(other)),
     }
