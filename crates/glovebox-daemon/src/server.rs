@@ -39,18 +39,62 @@ pub fn find_agent() -> Option<PathBuf> {
     [dir.join("glovebox-agent"), dir.parent()?.join("glovebox-agent")].into_iter().find(|p| p.is_file())
 }
 
-/// Serves the API on `listener` until `shutdown` resolves.
+/// How long a client may take to send a request's headers (slow clients are cut off).
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long shutdown waits for requests in flight.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the API on `listener` until `shutdown` resolves, then lets requests in flight
+/// finish (bounded by `SHUTDOWN_GRACE`).
+///
+/// An HTTP/1.1 server with a header-read timeout, so a client that trickles its headers
+/// cannot hold a connection forever; TCP_NODELAY, so small replies are never held back.
 pub async fn serve(
     manager: Arc<Manager>,
     listener: tokio::net::TcpListener,
     api_key: String,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
     let app = router(AppState { manager, api_key: Arc::new(api_key) });
-    // Small request/response exchanges: never let Nagle hold a reply back.
-    let listener = listener.tap_io(|tcp| {
+    let (close_tx, close_rx) = tokio::sync::watch::channel(());
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of fds and the like: back off instead of spinning.
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
         let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+        let svc =
+            app.clone().map_request(|req: axum::http::Request<hyper::body::Incoming>| req.map(axum::body::Body::new));
+        let svc = hyper_util::service::TowerToHyperService::new(svc);
+        let mut close = close_rx.clone();
+        tokio::spawn(async move {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+            let conn = b.serve_connection(TokioIo::new(tcp), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = close.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(close);
+        });
+    }
+    drop(close_rx);
+    let _ = close_tx.send(());
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, close_tx.closed()).await;
+    Ok(())
 }
