@@ -386,14 +386,26 @@ class Kernel:
         if "matplotlib.pyplot" in sys.modules:
             # Render one throwaway figure: the first savefig loads fonts and the Agg
             # renderer, which would otherwise cost the user's first plot ~100 ms.
+            # Exercise the same paths a first analysis cell takes (numpy statistics, a
+            # histogram with a title, PNG output, a DataFrame's HTML), so none of their
+            # one-time costs land on the user's first cell.
             try:
                 import io
                 plt = sys.modules["matplotlib.pyplot"]
+                data = [1.0, 2.0, 2.0, 3.0]
+                np = sys.modules.get("numpy")
+                if np is not None:
+                    data = np.random.default_rng(0).normal(size=100)
+                    float(data.mean()), float(np.median(data)), float(data.std())
                 fig = plt.figure()
-                plt.hist([1, 2, 2, 3])
+                plt.hist(data, bins=10)
                 plt.title("warm-up")
+                plt.xlabel("x")
                 fig.savefig(io.BytesIO(), format="png")
                 plt.close(fig)
+                pd = sys.modules.get("pandas")
+                if pd is not None:
+                    pd.DataFrame({"a": [1, 2]})._repr_html_()
             except BaseException:
                 pass
         self._sync_output()
