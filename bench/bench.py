@@ -1,27 +1,46 @@
 #!/usr/bin/env python3
-"""Latency benchmarks of Glovebox against its peers, in one run (Python standard library only).
+"""Benchmarks of Glovebox against its peers, in one run (Python standard library only).
 
-Measured, each after a warm-up (`--warmup`, default 10) that is not counted:
-  api.create_exec_destroy    POST /v1/sandboxes, POST .../exec ["true"], DELETE .../{id}
-                             on one keep-alive connection to a warm daemon; each phase is
+bench/run starts two daemons on loopback: one with `--warm-pool 0` (--url) and one with
+`--warm-pool 2` and the code-interpreter template (--pool-url). Measured, each after a
+warm-up (`--warmup`, default 10) that is not counted:
+
+Latency, interleaved in rounds (p50/p95/p99 of n iterations):
+  api.create_exec_destroy    warm pool 0: POST /v1/sandboxes, POST .../exec ["true"],
+                             DELETE .../{id} on one keep-alive connection; each phase is
                              recorded too (api.create, api.exec_first, api.destroy)
-  api.exec_roundtrip         POST .../exec ["true"] again and again in one live sandbox
-  cli.run_daemon             `glovebox run -- true` with GLOVEBOX_URL set (process spawn,
-                             HTTP client, create, exec, destroy)
-  cli.run_embedded           `glovebox run -- true` with no daemon (also opens the manager
-                             and starts an in-process server every time)
+  pool.create_exec_destroy   the same against the warm-pool-2 daemon (pool.create, ...);
+                             after each iteration the harness waits, unmeasured, until the
+                             pool is full again (pool.refill: create returned -> pool full)
+  api.exec_roundtrip         POST .../exec ["true"] again and again in one live sandbox, each
+                             followed by GET .../{id} (api.get_roundtrip: the HTTP floor)
+  api.run_code               POST .../code {"code":"1+1"} in a warm python context
+  cli.run_daemon             `glovebox run -- true` with GLOVEBOX_URL set
+  cli.run_embedded           `glovebox run -- true` with no daemon
   peer.*                     bwrap, unshare, runc, runsc running `true`, and a plain
                              fork/exec of `true` (the cost every subprocess peer shares)
+Own groups, after the rounds:
+  code.plot_first_result     warm pool: create (template code-interpreter) -> the first PNG
+                             result of the seed cell (numpy + pandas + matplotlib); the pool
+                             is left to refill between iterations (few iterations)
+  peer.host_plot_*           the same cell on the host: first and second run in a python
+                             preloaded as the kernel is, and a cold python3
+  net.create_*               create with network deny-all vs an allow-list (pool 0)
+  runc, runsc                alone (their asynchronous teardown spills into the next run)
+Phases with their own units:
+  files     PUT then GET of 1 MiB and 100 MiB: MiB/s (host tmpfs from Python as the peer)
+  syscall   100k os.stat("/") (and os.getppid()) in /usr/bin/python3, inside vs outside
+  load      8 and 32 client threads doing create -> exec true -> destroy for --load-s s
+  density   N idle 64 MiB sandboxes: daemon RSS and MemAvailable per sandbox, then none left
 
-The Glovebox benchmarks and the light peers run interleaved in rounds (`--sequential` runs
-them one after another); runc and runsc run alone after them.
 Peers and CLI runs are spawned from this Python process, so they carry Python's own spawn
-cost; `peer.true` measures exactly that cost, so subtract it when comparing the kernel work.
-Results: a table on stdout and a JSON file (`--out`).
+cost; `peer.true` measures exactly that cost. Results: a table on stdout, a JSON file
+(`--out`) and the Markdown tables beside it.
 """
 
 import argparse
 import datetime
+import hashlib
 import http.client
 import json
 import os
@@ -32,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 BWRAP_MIN = ["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr",
@@ -41,16 +61,90 @@ BWRAP_HOST = ["bwrap", "--unshare-all", "--bind", "/", "/", "true"]
 UNSHARE = ["unshare", "--fork", "--pid", "--mount", "--net", "--uts", "--ipc", "--user",
            "--map-root-user", "true"]
 
-# Targets from the performance issue. Each is (what, benchmark, check) and is evaluated on
-# the measured numbers; a miss is reported with its size, never hidden.
+# Targets from the performance issues. Each is evaluated on the measured numbers; a miss is
+# reported with its size, never hidden.
 TARGET_CED_P50_MS = 10.0
 TARGET_CED_VS_BWRAP = 1.5
+TARGET_POOL_CREATE_P50_MS = 2.0
 TARGET_EXEC_P50_MS = 2.0
+TARGET_RUN_CODE_P50_MS = 2.0
+TARGET_PLOT_P50_MS = 150.0
+TARGET_RATE_PER_S = 100.0
+TARGET_SYSCALL_TAX_PCT = 5.0
 TARGET_TAIL_RATIO = 3.0
 
 # The hosted services' published time-to-interactive medians (seconds). Context only:
 # they are not measured here and include the network to their regions.
 HOSTED_PUBLISHED_S = {"Daytona": 0.11, "E2B": 0.44, "Vercel": 1.75, "Modal": 2.66}
+
+# The seed example: numpy + pandas + matplotlib, one histogram shown as a PNG result.
+SEED = """\
+import numpy as np
+import pandas as pd
+import matplotlib.pyplot as plt
+data = pd.Series(np.random.default_rng(7).normal(size=100))
+print(f"mean={data.mean():.3f} median={data.median():.3f} std={data.std():.3f}")
+plt.hist(data, bins=10)
+plt.title("histogram")
+plt.show()
+"""
+
+# The host peer of the seed cell: the same python, the same packages (the template's layer on
+# PYTHONPATH), the kernel's warm-up figure and its plt.show (every open figure saved as a PNG
+# with bbox_inches="tight", base64-encoded, closed). One line on stdin runs the cell once and
+# answers its milliseconds; with --once it runs the cell once from a cold start.
+HOST_PLOT = r'''
+import base64, io, sys, time
+import matplotlib
+matplotlib.use("Agg")
+import numpy, pandas, matplotlib.pyplot as plt
+def show(*a, **k):
+    for num in plt.get_fignums():
+        fig = plt.figure(num)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        base64.b64encode(buf.getvalue())
+        plt.close(fig)
+plt.show = show
+cell = compile(sys.argv[1], "<cell>", "exec")
+def run():
+    out, sys.stdout = sys.stdout, io.StringIO()
+    try:
+        exec(cell, {"__name__": "__main__"})
+    finally:
+        sys.stdout = out
+if "--once" in sys.argv:
+    run()
+    sys.exit(0)
+fig = plt.figure(); plt.hist([1, 2, 2, 3]); plt.title("warm-up")
+fig.savefig(io.BytesIO(), format="png"); plt.close(fig)
+print("ready", flush=True)
+for _ in sys.stdin:
+    t = time.perf_counter_ns()
+    run()
+    print((time.perf_counter_ns() - t) / 1e6, flush=True)
+'''
+
+# 100k stat("/") and 100k getppid() (no path walk: the bare syscall and seccomp cost), each
+# timed inside the process so the interpreter's start is not counted.
+SYSCALL_LOOP = """\
+import os, time
+n = 100000
+f = os.stat
+t = time.perf_counter_ns()
+for _ in range(n):
+    f("/")
+a = time.perf_counter_ns() - t
+g = os.getppid
+t = time.perf_counter_ns()
+for _ in range(n):
+    g()
+b = time.perf_counter_ns() - t
+print(a / 1e6, b / 1e6)
+"""
+
+PYTHON = "/usr/bin/python3"
+MIB = 1 << 20
 
 
 class BenchError(Exception):
@@ -102,9 +196,14 @@ class Api:
         if host not in ("127.0.0.1", "localhost", "[::1]") and not host.startswith("127."):
             # The benchmark only ever talks to a daemon on this machine.
             raise BenchError(f"refusing to benchmark a non-loopback daemon: {host}")
+        self.url, self.key = url, key
         self.host, self.port, self.timeout = host.strip("[]"), int(port), timeout
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.conn = None
+
+    def clone(self):
+        """A client with its own connection (one per thread)."""
+        return Api(self.url, self.key, self.timeout)
 
     def _connect(self):
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
@@ -113,16 +212,19 @@ class Api:
         # that detail of the Python version (Nagle + delayed ACK would add ~40 ms).
         self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def request(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
+    def request(self, method, path, body=None, raw=None):
+        if raw is not None:
+            data, headers = raw, dict(self.headers, **{"Content-Type": "application/octet-stream"})
+        else:
+            data, headers = (None if body is None else json.dumps(body).encode()), self.headers
         for attempt in (0, 1):
             if self.conn is None:
                 self._connect()
             try:
-                self.conn.request(method, path, body=data, headers=self.headers)
+                self.conn.request(method, path, body=data, headers=headers)
                 resp = self.conn.getresponse()
-                raw = resp.read()
-                return resp.status, raw
+                got = resp.read()
+                return resp.status, got
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 self.conn.close()
                 self.conn = None
@@ -130,41 +232,93 @@ class Api:
                     raise
         raise AssertionError("unreachable: the loop returns or raises")
 
-    def expect(self, method, path, body, status):
-        got, raw = self.request(method, path, body)
+    def expect(self, method, path, body, status, raw=None):
+        try:
+            got, data = self.request(method, path, body, raw)
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            raise BenchError(f"{method} {path}: {type(e).__name__}: {e}") from e
         if got != status:
-            raise BenchError(f"{method} {path}: HTTP {got} (want {status}): {raw[:300]!r}")
-        return json.loads(raw) if raw else None
+            raise BenchError(f"{method} {path}: HTTP {got} (want {status}): {data[:300]!r}")
+        return data
 
-    def create(self):
-        return self.expect("POST", "/v1/sandboxes", {}, 201)["id"]
+    def expect_json(self, method, path, body, status):
+        data = self.expect(method, path, body, status)
+        return json.loads(data) if data else None
+
+    def create(self, body=None):
+        return self.expect_json("POST", "/v1/sandboxes", body or {}, 201)["id"]
 
     def exec_true(self, sid):
-        r = self.expect("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]}, 200)
+        r = self.expect_json("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]}, 200)
         if r.get("exit_code") != 0:
             raise BenchError(f"exec true in {sid}: {r}")
+
+    def exec_out(self, sid, cmd, timeout_ms=60000):
+        r = self.expect_json("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd, "timeout_ms": timeout_ms}, 200)
+        if r.get("exit_code") != 0:
+            raise BenchError(f"exec {cmd[0]} in {sid}: exit {r.get('exit_code')}: {r.get('stderr', '')[-300:]}")
+        return r["stdout"]
+
+    def run_code(self, sid, code):
+        r = self.expect_json("POST", f"/v1/sandboxes/{sid}/code", {"code": code}, 200)
+        if r.get("error"):
+            raise BenchError(f"run_code in {sid}: {r['error'].get('name')}: {r['error'].get('value')}")
+        return r
 
     def destroy(self, sid):
         self.expect("DELETE", f"/v1/sandboxes/{sid}", None, 204)
 
+    def list_ids(self):
+        return [s["id"] for s in self.expect_json("GET", "/v1/sandboxes", None, 200)["sandboxes"]]
+
+    def metrics(self):
+        """The daemon's Prometheus text as {series: value} (histogram buckets included)."""
+        out = {}
+        for line in self.expect("GET", "/metrics", None, 200).decode().splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+        return out
+
+    def warm(self):
+        return int(self.metrics().get('glovebox_sandboxes{state="warm"}', 0))
+
+    def wait_warm(self, want, timeout_s, poll_s=0.002):
+        """Waits until the daemon's pool holds `want` sandboxes; returns when it did (the
+        perf_counter_ns of the observation). A pool that does not fill in time is an error."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            have = self.warm()
+            if have >= want:
+                return time.perf_counter_ns()
+            if time.monotonic() > deadline:
+                raise BenchError(f"the warm pool holds {have} sandboxes after {timeout_s:g} s (want {want})")
+            time.sleep(poll_s)
+
     def close(self):
         if self.conn is not None:
             self.conn.close()
+            self.conn = None
 
 
 # ---------------------------------------------------------------------------- benchmarks
 #
 # Each benchmark is a Bench: `step(i)` does one iteration and returns {name: ms} (one
 # iteration of create+exec+destroy yields the total and each phase). The scheduler warms every
-# bench, then runs them interleaved in rounds, so a burst of load from elsewhere on the machine
-# (a build, a test suite) lands on all of them alike and the ratios stay fair. A bench marked
-# `alone` (runc, runsc) runs by itself afterwards: their asynchronous teardown (gVisor's
-# sandbox and gofer processes, runc's cgroups) spills into whatever runs next and inflated the
-# others' p95 by a third when interleaved.
+# bench of a group, then runs the group interleaved in rounds, so a burst of load from
+# elsewhere on the machine (a build, a test suite) lands on all of them alike and the ratios
+# stay fair. The main group holds the fast benchmarks; runc and runsc run alone afterwards
+# (their asynchronous teardown -- gVisor's sandbox and gofer processes, runc's cgroups --
+# spills into whatever runs next and inflated the others' p95 by a third when interleaved);
+# the code-interpreter plot and the network-policy creates have their own groups.
 
 class Bench:
-    def __init__(self, name, n, warmup, step, setup=None, teardown=None, alone=False):
-        self.name, self.n, self.warmup, self.alone = name, n, warmup, alone
+    def __init__(self, name, n, warmup, step, setup=None, teardown=None, group="main"):
+        self.name, self.n, self.warmup, self.group = name, n, warmup, group
         self.step, self.setup, self.teardown = step, setup, teardown
         self.samples = {}
         self.done = 0
@@ -180,8 +334,13 @@ class Bench:
             self.done += 1
 
 
-def api_ced_step(api):
+def ced_step(api, prefix, pool_want=None):
+    """create + exec true + destroy. With `pool_want` (the pool daemon), the pool is full
+    before the create, and the harness waits after the iteration, unmeasured, until it is
+    full again: every create finds a warm sandbox, and no refill runs under the next bench."""
     def step(_i):
+        if pool_want:
+            api.wait_warm(pool_want, 30)
         t0 = time.perf_counter_ns()
         sid = api.create()
         t1 = time.perf_counter_ns()
@@ -189,29 +348,137 @@ def api_ced_step(api):
         t2 = time.perf_counter_ns()
         api.destroy(sid)
         t3 = time.perf_counter_ns()
-        return {"api.create_exec_destroy": (t3 - t0) / 1e6, "api.create": (t1 - t0) / 1e6,
-                "api.exec_first": (t2 - t1) / 1e6, "api.destroy": (t3 - t2) / 1e6}
+        out = {f"{prefix}.create_exec_destroy": (t3 - t0) / 1e6, f"{prefix}.create": (t1 - t0) / 1e6,
+               f"{prefix}.exec_first": (t2 - t1) / 1e6, f"{prefix}.destroy": (t3 - t2) / 1e6}
+        if pool_want:
+            out[f"{prefix}.refill"] = (api.wait_warm(pool_want, 30) - t1) / 1e6
+        return out
     return step
 
 
 class LiveSandbox:
-    """One sandbox kept for the exec round-trip benchmark."""
+    """One sandbox kept for the exec and run_code round-trip benchmarks."""
 
-    def __init__(self, api):
-        self.api, self.sid = api, None
+    def __init__(self, api, code=False):
+        self.api, self.sid, self.code = api, None, code
 
     def setup(self):
         self.sid = self.api.create()
+        if self.code:
+            self.api.run_code(self.sid, "1+1")  # starts the kernel: the context is warm after it
 
     def step(self, _i):
+        if not self.code:
+            t0 = time.perf_counter_ns()
+            self.api.exec_true(self.sid)
+            t1 = time.perf_counter_ns()
+            self.api.expect("GET", f"/v1/sandboxes/{self.sid}", None, 200)
+            return {"api.exec_roundtrip": (t1 - t0) / 1e6, "api.get_roundtrip": ms_since(t1)}
         t0 = time.perf_counter_ns()
-        self.api.exec_true(self.sid)
-        return {"api.exec_roundtrip": ms_since(t0)}
+        r = self.api.run_code(self.sid, "1+1")
+        ms = ms_since(t0)
+        main = [x for x in r.get("results", []) if x.get("is_main_result")]
+        if not main or main[0]["data"].get("text/plain") != "2":
+            raise BenchError(f"run_code 1+1 gave {r}")
+        return {"api.run_code": ms}
 
     def teardown(self):
         if self.sid is not None:
             self.api.destroy(self.sid)
             self.sid = None
+
+
+def check_seed(r):
+    pngs = [x for x in r.get("results", []) if "image/png" in x.get("data", {})]
+    if not pngs or not any("median=" in s for s in r.get("logs", {}).get("stdout", [])):
+        raise BenchError(f"the seed cell gave no PNG or no statistics: {json.dumps(r)[:300]}")
+
+
+def plot_step(api, pool_want, settle_s):
+    """Warm pool: create a code-interpreter sandbox, run the seed cell, check it gave a PNG.
+    Then (unmeasured) wait until the pool has a warm kernel again (taking one starts a refill,
+    which imports pandas and matplotlib on the other core while the cell runs), settle, and
+    run the same cell again in the same sandbox on a quiet machine (code.plot_cell_again:
+    the sandbox's own cost, without the refill beside it); then destroy it."""
+    def step(_i):
+        api.wait_warm(pool_want, 60)
+        t0 = time.perf_counter_ns()
+        sid = api.create({"template": "code-interpreter"})
+        t1 = time.perf_counter_ns()
+        r = api.run_code(sid, SEED)
+        t2 = time.perf_counter_ns()
+        check_seed(r)
+        api.wait_warm(pool_want, 60)
+        time.sleep(settle_s)
+        t3 = time.perf_counter_ns()
+        check_seed(api.run_code(sid, SEED))
+        again = ms_since(t3)
+        api.destroy(sid)
+        time.sleep(settle_s / 2)
+        return {"code.plot_first_result": (t2 - t0) / 1e6, "code.plot_create": (t1 - t0) / 1e6,
+                "code.plot_cell": (t2 - t1) / 1e6, "code.plot_cell_again": again}
+    return step
+
+
+class HostPlot:
+    """The seed cell on the host (no sandbox), with the template's packages on PYTHONPATH.
+    Each iteration starts a python that preloads and renders the warm-up figure as the
+    kernel does, then times the cell's first run (the peer of code.plot_cell) and its second
+    (the peer of code.plot_cell_again). `cold_step` times a python3 that does nothing ahead:
+    start, imports and the cell, what a user pays without a warm kernel."""
+
+    def __init__(self, site):
+        self.site, self.mpl_dir = site, None
+
+    def env(self):
+        if self.mpl_dir is None:
+            self.mpl_dir = tempfile.mkdtemp(prefix="gb-bench-mpl-")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "MPL"))}
+        env.update(PYTHONPATH=self.site, MPLBACKEND="Agg", MPLCONFIGDIR=self.mpl_dir)
+        return env
+
+    def step(self, _i):
+        p = subprocess.Popen([PYTHON, "-c", HOST_PLOT, SEED], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env())
+        try:
+            if p.stdout.readline().strip() != "ready":
+                raise BenchError(f"host python with the template's packages: {p.stderr.read()[-300:]}")
+            got = []
+            for _ in range(2):
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                line = p.stdout.readline()
+                if not line:
+                    raise BenchError(f"host plot process died: {p.stderr.read()[-300:]}")
+                got.append(float(line))
+        finally:
+            p.stdin.close()
+            p.wait(timeout=30)
+        return {"peer.host_plot_first": got[0], "peer.host_plot_warm": got[1]}
+
+    def cold_step(self, _i):
+        t0 = time.perf_counter_ns()
+        p = subprocess.run([PYTHON, "-c", HOST_PLOT, SEED, "--once"], capture_output=True, text=True,
+                           env=self.env(), check=False)
+        ms = ms_since(t0)
+        if p.returncode != 0:
+            raise BenchError(f"host python seed cell: {p.stderr[-300:]}")
+        return {"peer.host_plot_cold": ms}
+
+    def teardown(self):
+        if self.mpl_dir is not None:
+            shutil.rmtree(self.mpl_dir, ignore_errors=True)
+            self.mpl_dir = None
+
+
+def net_step(api, name, network):
+    def step(_i):
+        t0 = time.perf_counter_ns()
+        sid = api.create({"network": network})
+        t1 = time.perf_counter_ns()
+        api.destroy(sid)
+        return {f"net.create_{name}": (t1 - t0) / 1e6, f"net.destroy_{name}": ms_since(t1)}
+    return step
 
 
 def run_once(argv, env=None, cwd=None):
@@ -251,11 +518,17 @@ def works(argv, env=None, cwd=None):
         return False
 
 
-def schedule(benches, interleave, failed):
+def schedule(benches, interleave, failed, before_group=None, after_group=None):
     """Warms and runs every bench, group by group (each group warmed just before it runs);
-    a bench that fails is dropped and named in `failed`. Returns the benches that ran."""
-    together = [b for b in benches if interleave and not b.alone]
-    groups = ([together] if together else []) + [[b] for b in benches if b not in together]
+    a bench that fails is dropped and named in `failed`. Returns the benches that ran.
+    `before_group(name)` / `after_group(name)` are called around each group's rounds."""
+    groups = []
+    for b in benches:
+        g = next((g for g in groups if interleave and g[0].group == b.group), None)
+        if g is None:
+            groups.append([b])
+        else:
+            g.append(b)
     ran = []
     for group in groups:
         live = []
@@ -271,6 +544,10 @@ def schedule(benches, interleave, failed):
                 print(f"  {b.name}: FAILED in warm-up: {e}", file=sys.stderr, flush=True)
         ran += live
         rounds = max((b.n for b in live), default=0)
+        if before_group:
+            before_group(group[0].group)
+        if live:
+            print(f"  {', '.join(b.name for b in live)}: {rounds} rounds", file=sys.stderr, flush=True)
         for r in range(rounds):
             for b in list(live):
                 # Spread a bench with fewer iterations evenly over the rounds.
@@ -282,8 +559,10 @@ def schedule(benches, interleave, failed):
                     failed[b.name] = str(e)
                     live.remove(b)
                     print(f"  {b.name}: FAILED: {e}", file=sys.stderr, flush=True)
-            if len(group) > 1 and (r + 1) % max(1, rounds // 5) == 0:
-                print(f"  round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+            if len(group) > 1 and rounds >= 50 and (r + 1) % max(1, rounds // 5) == 0:
+                print(f"    round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+        if after_group:
+            after_group(group[0].group)
         for b in group:
             if b.teardown:
                 try:
@@ -291,6 +570,422 @@ def schedule(benches, interleave, failed):
                 except BenchError as e:
                     print(f"  {b.name}: teardown: {e}", file=sys.stderr, flush=True)
     return ran
+
+
+# ---------------------------------------------------------------------------- phases
+#
+# Benchmarks whose unit is not one latency per iteration. Each returns a dict for the JSON.
+
+def files_phase(api, quick):
+    """PUT then GET of 1 MiB and 100 MiB in one sandbox (its writable layer is a tmpfs charged
+    to its memory cgroup), against the same write and read of a file on the host's /dev/shm
+    tmpfs from Python. MiB/s per run; the p50 is reported."""
+    runs = {1: 5 if quick else 15, 100: 2 if quick else 5}
+    sid = api.create()
+    out = {}
+    shm = tempfile.mkdtemp(prefix="gb-bench-", dir="/dev/shm") if os.path.isdir("/dev/shm") else tempfile.mkdtemp()
+    try:
+        for mib, n in runs.items():
+            blob = os.urandom(mib * MIB)
+            digest = hashlib.sha256(blob).digest()
+            path = f"/home/user/bench-{mib}m.bin"
+            put, get, hput, hget = [], [], [], []
+            for i in range(n + 1):  # the first run is a warm-up
+                t0 = time.perf_counter_ns()
+                info = json.loads(api.expect("PUT", f"/v1/sandboxes/{sid}/files?path={path}", None, 200, raw=blob))
+                t1 = time.perf_counter_ns()
+                back = api.expect("GET", f"/v1/sandboxes/{sid}/files?path={path}", None, 200)
+                t2 = time.perf_counter_ns()
+                if info.get("size") != len(blob) or hashlib.sha256(back).digest() != digest:
+                    raise BenchError(f"files: {mib} MiB came back different ({len(back)} bytes)")
+                del back
+                hp = os.path.join(shm, "f")
+                t3 = time.perf_counter_ns()
+                with open(hp, "wb") as f:
+                    f.write(blob)
+                t4 = time.perf_counter_ns()
+                with open(hp, "rb") as f:
+                    hb = f.read()
+                t5 = time.perf_counter_ns()
+                del hb
+                os.unlink(hp)
+                if i == 0:
+                    continue
+                put.append((t1 - t0) / 1e6)
+                get.append((t2 - t1) / 1e6)
+                hput.append((t4 - t3) / 1e6)
+                hget.append((t5 - t4) / 1e6)
+            for name, ms in (("put", put), ("get", get), ("host_write", hput), ("host_read", hget)):
+                s = summarize(ms)
+                out[f"{name}_{mib}MiB"] = {"n": s["n"], "p50_ms": s["p50"], "max_ms": s["max"],
+                                           "mib_per_s_p50": mib / (s["p50"] / 1000.0),
+                                           "mib_per_s_min": mib / (s["max"] / 1000.0)}
+    finally:
+        api.destroy(sid)
+        shutil.rmtree(shm, ignore_errors=True)
+    return out
+
+
+def syscall_phase(api, quick):
+    """100k os.stat("/") and 100k os.getppid() in /usr/bin/python3 inside a sandbox (exec)
+    and on the host (subprocess), alternating; each loop timed inside the process."""
+    reps = 5 if quick else 20
+    # The host run gets the environment and cwd the sandbox's command gets.
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "HOME": "/root", "USER": "root"}
+    sid = api.create()
+    res = {"inside_stat": [], "outside_stat": [], "inside_getppid": [], "outside_getppid": []}
+    try:
+        for i in range(reps + 1):  # the first pair is a warm-up
+            a, b = (float(x) for x in api.exec_out(sid, [PYTHON, "-c", SYSCALL_LOOP]).split())
+            p = subprocess.run([PYTHON, "-c", SYSCALL_LOOP], capture_output=True, text=True, check=True,
+                               env=env, cwd="/")
+            c, d = (float(x) for x in p.stdout.split())
+            if i == 0:
+                continue
+            res["inside_stat"].append(a)
+            res["inside_getppid"].append(b)
+            res["outside_stat"].append(c)
+            res["outside_getppid"].append(d)
+    finally:
+        api.destroy(sid)
+    out = {"calls": 100000, "reps": reps}
+    for k, v in res.items():
+        out[k] = summarize(v)
+    for what in ("stat", "getppid"):
+        i, o = out[f"inside_{what}"]["p50"], out[f"outside_{what}"]["p50"]
+        out[f"tax_{what}_pct"] = (i / o - 1) * 100
+        # The fastest run of each: what the noise of a shared machine cannot add to.
+        out[f"tax_{what}_min_pct"] = (out[f"inside_{what}"]["min"] / out[f"outside_{what}"]["min"] - 1) * 100
+        out[f"ns_per_call_inside_{what}"] = i * 1e6 / 100000
+        out[f"ns_per_call_outside_{what}"] = o * 1e6 / 100000
+    return out
+
+
+def load_phase(api, clients, duration_s):
+    """`clients` threads, each on its own connection, doing create -> exec true -> destroy
+    until the deadline (an iteration under way finishes). Every sandbox made is destroyed."""
+    cycles, creates, errors = [], [], []
+    lock = threading.Lock()
+    start = threading.Barrier(clients + 1)
+    deadline = [0.0]
+
+    def client():
+        a = api.clone()
+        mine_c, mine_k, errs = [], [], 0
+        start.wait()
+        while time.monotonic() < deadline[0] and errs < 3:
+            t0 = time.perf_counter_ns()
+            try:
+                sid = a.create()
+            except BenchError as e:
+                errs += 1
+                with lock:
+                    errors.append(str(e))
+                continue
+            t1 = time.perf_counter_ns()
+            ok = True
+            try:
+                a.exec_true(sid)
+            except BenchError as e:
+                ok, errs = False, errs + 1
+                with lock:
+                    errors.append(str(e))
+            finally:
+                try:
+                    a.destroy(sid)
+                except BenchError as e:
+                    ok, errs = False, errs + 1
+                    with lock:
+                        errors.append(str(e))
+            if ok:
+                mine_c.append(ms_since(t0))
+                mine_k.append((t1 - t0) / 1e6)
+        a.close()
+        with lock:
+            cycles.extend(mine_c)
+            creates.extend(mine_k)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    deadline[0] = time.monotonic() + duration_s
+    t0 = time.monotonic()
+    start.wait()
+    for t in threads:
+        t.join(timeout=duration_s + 120)
+    wall = time.monotonic() - t0
+    return {"clients": clients, "duration_s": duration_s, "wall_s": round(wall, 2), "cycles": len(cycles),
+            "rate_per_s": len(cycles) / wall, "errors": len(errors), "first_errors": errors[:3],
+            "cycle_ms": summarize(cycles), "create_ms": summarize(creates)}
+
+
+def load_peer_bwrap(clients, duration_s):
+    """The reference: `clients` threads spawning bwrap --unshare-all (ro /usr) true."""
+    done, lock, errs = [], threading.Lock(), [0]
+    deadline = time.monotonic() + duration_s
+
+    def client():
+        mine = []
+        while time.monotonic() < deadline:
+            ms, rc = run_once(BWRAP_MIN)
+            if rc != 0:
+                with lock:
+                    errs[0] += 1
+                break
+            mine.append(ms)
+        with lock:
+            done.extend(mine)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=duration_s + 60)
+    wall = time.monotonic() - t0
+    return {"clients": clients, "duration_s": duration_s, "wall_s": round(wall, 2), "cycles": len(done),
+            "rate_per_s": len(done) / wall, "errors": errs[0], "cycle_ms": summarize(done)}
+
+
+class CpuWatch:
+    """Who used the machine while a group or phase ran, in % of its capacity (ncpu x wall):
+    `others` is the CPU time of processes outside this harness (this process, the daemons and
+    everything below them), counted per process from /proc (a process that ended inside the
+    span counts through its parent's cutime); `kernel` is the rest of the busy time in
+    /proc/stat beyond ours and others' -- kernel threads, interrupts and deferred teardown
+    work (much of it ours: freed namespaces, cgroups, mounts). On a shared machine this says
+    which numbers were measured beside someone else's build."""
+
+    def __init__(self, daemon_pids):
+        self.roots = [os.getpid()] + [p for p in daemon_pids if p]
+        self.spans = {}
+        self.done = {}
+
+    def _procs(self):
+        procs = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            # ppid, the 4 time fields (utime stime cutime cstime), starttime, flags (PF_KTHREAD)
+            procs[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]), fields[19],
+                             int(fields[6]) & 0x00200000 != 0)
+        return procs
+
+    def _ours(self, procs):
+        kids = {}
+        for pid, (ppid, *_rest) in procs.items():
+            kids.setdefault(ppid, []).append(pid)
+        ours, todo = set(), list(self.roots)
+        while todo:
+            pid = todo.pop()
+            if pid in ours:
+                continue
+            ours.add(pid)
+            todo += kids.get(pid, [])
+        return ours
+
+    def _now(self):
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        procs = self._procs()
+        return sum(v), sum(v) - v[3] - v[4], procs, self._ours(procs)
+
+    def start(self, name):
+        self.spans[name] = self._now()
+
+    def stop(self, name):
+        t0, b0, p0, ours0 = self.spans.pop(name)
+        t1, b1, p1, ours1 = self._now()
+        if t1 <= t0:
+            return
+        ours_t = others_t = 0
+        for pid, (_ppid, cpu, start, kthread) in p1.items():
+            before = p0.get(pid)
+            d = cpu - before[1] if before and before[2] == start else cpu
+            if kthread:
+                continue
+            if pid in ours1 or pid in ours0:
+                ours_t += d
+            else:
+                others_t += d
+        kernel_t = max(0, (b1 - b0) - ours_t - others_t)
+        self.done[name] = {"others": round(others_t / (t1 - t0) * 100, 1),
+                           "kernel": round(kernel_t / (t1 - t0) * 100, 1),
+                           "ours": round(ours_t / (t1 - t0) * 100, 1)}
+
+    def report(self):
+        return self.done
+
+
+HISTOGRAMS = {"create": "glovebox_create_seconds", "exec": "glovebox_exec_seconds", "code": "glovebox_code_seconds"}
+
+
+def daemon_side(before, after):
+    """Mean server-side time (the daemon's own /metrics histograms) between two snapshots:
+    what the daemon spends on each operation, without HTTP and this client."""
+    out = {}
+    for what, h in HISTOGRAMS.items():
+        n = after.get(f"{h}_count", 0) - before.get(f"{h}_count", 0)
+        if n > 0:
+            total = after.get(f"{h}_sum", 0) - before.get(f"{h}_sum", 0)
+            out[what] = {"count": int(n), "mean_ms": total / n * 1000}
+    return out
+
+
+def meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            out[k] = int(v.split()[0])  # kB
+    return out
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def descendants(pid):
+    """Pids of every process below `pid`, with their Pss (kB) from smaps_rollup."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = {}, [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            pss = 0
+            try:
+                with open(f"/proc/{c}/smaps_rollup") as f:
+                    for line in f:
+                        if line.startswith("Pss:"):
+                            pss = int(line.split()[1])
+            except OSError:
+                pass
+            out[c] = pss
+            todo.append(c)
+    return out
+
+
+def cgroup_memory_kb(sid):
+    """What the sandbox's memory cgroup is charged (v1 usage_in_bytes includes kernel memory
+    the cgroup allocated; v2 memory.current), or None where it cannot be found."""
+    for path in (f"/sys/fs/cgroup/memory/glovebox/{sid}/memory.usage_in_bytes",
+                 f"/sys/fs/cgroup/glovebox/{sid}/memory.current",
+                 f"/sys/fs/cgroup/unified/glovebox/{sid}/memory.current"):
+        try:
+            with open(path) as f:
+                return int(f.read()) / 1024
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def mem_noise_kb(seconds=1.0):
+    """How far MemAvailable moves by itself (other processes on the machine) over `seconds`."""
+    seen = []
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        seen.append(meminfo()["MemAvailable"])
+        time.sleep(0.05)
+    return max(seen) - min(seen)
+
+
+def density_phase(api, n, daemon_pid, deadline_s=180):
+    """N idle sandboxes of 64 MiB: what each costs the daemon (RSS) and the machine
+    (MemAvailable, with the kernel's own counters), then all destroyed and checked gone."""
+    body = {"resources": {"memory_mb": 64}, "timeout_s": 1800, "metadata": {"bench": "density"}}
+    time.sleep(0.5)
+    noise = mem_noise_kb()
+    m0, r0 = meminfo(), rss_kb(daemon_pid)
+    kids0 = descendants(daemon_pid)
+    ids, creates, destroys, failures = [], [], [], []
+    t_end = time.monotonic() + deadline_s
+    try:
+        for _ in range(n):
+            if time.monotonic() > t_end:
+                failures.append(f"stopped at the {deadline_s} s bound")
+                break
+            t0 = time.perf_counter_ns()
+            try:
+                ids.append(api.create(body))
+            except BenchError as e:
+                failures.append(str(e))
+                break
+            creates.append(ms_since(t0))
+        time.sleep(2.0)  # let the agents finish starting and the kernel settle
+        m1, r1 = meminfo(), rss_kb(daemon_pid)
+        kids1 = descendants(daemon_pid)
+        charged = [cgroup_memory_kb(i) for i in ids]
+        listed = set(api.list_ids())
+        running = sum(1 for i in ids if i in listed)
+        probe = api.exec_out(ids[len(ids) // 2], ["echo", "alive"]).strip() if ids else ""
+    finally:
+        for sid in ids:
+            t0 = time.perf_counter_ns()
+            try:
+                api.destroy(sid)
+            except BenchError as e:
+                failures.append(f"destroy: {e}")
+            destroys.append(ms_since(t0))
+    # The kernel frees a torn-down sandbox's memory lazily (RCU, dying cgroups, page cache):
+    # wait, bounded, until MemAvailable is back within the noise of where it started.
+    t_back = time.monotonic()
+    slack = max(16 * 1024, 2 * noise)
+    while True:
+        time.sleep(0.5)
+        m2 = meminfo()
+        if m2["MemAvailable"] >= m0["MemAvailable"] - slack or time.monotonic() - t_back > 20:
+            break
+    back_s = time.monotonic() - t_back
+    r2 = rss_kb(daemon_pid)
+    kids2 = descendants(daemon_pid)
+    left = [i for i in api.list_ids() if i in set(ids)]
+    cgroups_left = sum(1 for i in ids if cgroup_memory_kb(i) is not None)
+    k = max(1, len(ids))
+
+    def delta(a, b, key):
+        return b.get(key, 0) - a.get(key, 0)
+
+    return {
+        "requested": n, "created": len(ids), "running_listed": running, "probe_exec": probe,
+        "failures": failures[:5],
+        "create_ms": summarize(creates), "destroy_ms": summarize(destroys),
+        "daemon_rss_kb": {"before": r0, "with_all": r1, "after_destroy": r2},
+        "per_sandbox_kb": {
+            "daemon_rss": (r1 - r0) / k,
+            "mem_available": -delta(m0, m1, "MemAvailable") / k,
+            "processes_pss": (sum(kids1.values()) - sum(kids0.values())) / k,
+            "slab": delta(m0, m1, "Slab") / k,
+            "kernel_stack": delta(m0, m1, "KernelStack") / k,
+            "page_tables": delta(m0, m1, "PageTables") / k,
+            "shmem": delta(m0, m1, "Shmem") / k,
+            "cgroup_charged": (sum(charged) / k) if ids and None not in charged else None,
+        },
+        "mem_available_noise_1s_kb": noise,
+        "processes_per_sandbox": (len(kids1) - len(kids0)) / k,
+        "after_destroy": {"sandboxes_left": len(left), "processes_left": len(kids2) - len(kids0),
+                          "memory_cgroups_left": cgroups_left,
+                          "mem_available_not_returned_kb": -delta(m0, m2, "MemAvailable"),
+                          "mem_available_back_after_s": round(back_s, 1),
+                          "daemon_rss_growth_kb": r2 - r0},
+    }
 
 
 # ---------------------------------------------------------------------------- OCI bundle
@@ -384,12 +1079,19 @@ def tool_version(argv):
 # ---------------------------------------------------------------------------- report
 
 ORDER = [
-    ("api.create_exec_destroy", "Glovebox API: create + exec true + destroy"),
+    ("api.create_exec_destroy", "Glovebox API, warm pool 0: create + exec true + destroy"),
     ("api.create", "  phase: create (POST /v1/sandboxes)"),
     ("api.exec_first", "  phase: first exec true"),
     ("api.destroy", "  phase: destroy (DELETE)"),
+    ("pool.create_exec_destroy", "Glovebox API, warm pool 2: create + exec true + destroy"),
+    ("pool.create", "  phase: create (a warm sandbox from the pool)"),
+    ("pool.exec_first", "  phase: first exec true"),
+    ("pool.destroy", "  phase: destroy (DELETE)"),
+    ("pool.refill", "  off the request path: create returned -> pool full again"),
     ("api.exec_roundtrip", "Glovebox API: exec true in a live sandbox"),
-    ("cli.run_daemon", "glovebox run -- true (daemon)"),
+    ("api.get_roundtrip", "  GET /v1/sandboxes/{id} (the HTTP + auth + JSON floor)"),
+    ("api.run_code", "Glovebox API: run_code 1+1 in a warm python context"),
+    ("cli.run_daemon", "glovebox run -- true (daemon, warm pool 0)"),
     ("cli.run_embedded", "glovebox run -- true (embedded)"),
     ("peer.bwrap", "bwrap --unshare-all (ro /usr) true"),
     ("peer.bwrap_host", "bwrap --unshare-all --bind / / true"),
@@ -397,7 +1099,19 @@ ORDER = [
     ("peer.runc", "runc run (ro /usr bundle) true"),
     ("peer.runsc", "runsc run (gVisor, ro /usr bundle) true"),
     ("peer.true", "true (fork/exec from Python, baseline)"),
+    ("code.plot_first_result", "code-interpreter, warm pool 2: create -> first PNG of the seed cell"),
+    ("code.plot_create", "  phase: create (template code-interpreter)"),
+    ("code.plot_cell", "  phase: the seed cell (POST .../code)"),
+    ("code.plot_cell_again", "  the same cell again in that sandbox, pool full, machine quiet"),
+    ("peer.host_plot_first", "host python, preloaded as the kernel is: the cell's first run (no sandbox)"),
+    ("peer.host_plot_warm", "host python, preloaded: the cell's second run (no sandbox)"),
+    ("peer.host_plot_cold", "host python3, the same cell from a cold start (imports included)"),
+    ("net.create_deny_all", "create, network deny-all (warm pool 0)"),
+    ("net.create_allow_list", "create, network allow-list 203.0.113.0/24 (warm pool 0)"),
+    ("net.destroy_deny_all", "destroy, network deny-all"),
+    ("net.destroy_allow_list", "destroy, network allow-list"),
 ]
+RATIO_OF = {"api.create_exec_destroy": "warm pool 0", "pool.create_exec_destroy": "warm pool 2"}
 
 
 def fmt(x):
@@ -406,77 +1120,184 @@ def fmt(x):
     return f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
-def table(results):
+def sorted_rows(results):
     labels = dict(ORDER)
-    rows = [(labels.get(k, k), r) for k, r in
-            sorted(results["benchmarks"].items(), key=lambda kv: [k for k, _ in ORDER].index(kv[0])
-                   if kv[0] in labels else 99)]
-    w = max(len(name) for name, _ in rows)
-    lines = [f"{'benchmark':<{w}}  {'n':>4}  {'p50':>8}  {'p95':>8}  {'p99':>8}  {'mean':>8}   (ms)"]
-    for name, r in rows:
-        lines.append(f"{name:<{w}}  {r['n']:>4}  {fmt(r['p50']):>8}  {fmt(r['p95']):>8}  "
-                     f"{fmt(r['p99']):>8}  {fmt(r['mean']):>8}")
-    if results["ratios"]:
-        lines.append("")
-        lines.append("Glovebox create+exec+destroy p50 / peer p50:")
-        for k, v in results["ratios"].items():
-            lines.append(f"  vs {k:<22} {v:6.2f}x")
+    order = [k for k, _ in ORDER]
+    b = results["benchmarks"]
+    return [(k, labels.get(k, k), b[k]) for k in sorted(b, key=lambda k: order.index(k) if k in order else 99)]
+
+
+def table(results):
+    rows = sorted_rows(results)
+    lines = []
+    if rows:
+        w = max(len(name) for _, name, _ in rows)
+        lines.append(f"{'benchmark':<{w}}  {'n':>4}  {'p50':>8}  {'p95':>8}  {'p99':>8}  {'mean':>8}   (ms)")
+        for _, name, r in rows:
+            lines.append(f"{name:<{w}}  {r['n']:>4}  {fmt(r['p50']):>8}  {fmt(r['p95']):>8}  "
+                         f"{fmt(r['p99']):>8}  {fmt(r['mean']):>8}")
+    for what, ratios in results["ratios"].items():
+        lines += ["", f"Glovebox create+exec+destroy ({RATIO_OF.get(what, what)}) p50 / peer p50:"]
+        lines += [f"  vs {k:<22} {v:6.2f}x" for k, v in ratios.items()]
+    for section in section_lines(results):
+        lines += [""] + section
     if results["unavailable"]:
-        lines.append("")
-        lines.append("Not measured:")
-        for k, v in results["unavailable"].items():
-            lines.append(f"  {k}: {v}")
-    lines.append("")
-    lines.append("Targets:")
+        lines += ["", "Not measured:"]
+        lines += [f"  {k}: {v}" for k, v in results["unavailable"].items()]
+    lines += ["", "Targets:"]
     for t in results["targets"]:
-        mark = "met " if t["met"] else "MISS"
-        lines.append(f"  [{mark}] {t['target']}: measured {t['measured']}")
+        lines.append(f"  [{'met ' if t['met'] else 'MISS'}] {t['target']}: measured {t['measured']}")
     return "\n".join(lines)
+
+
+def section_lines(results):
+    """Plain-text lines of the non-latency phases (the Markdown uses the same rows)."""
+    return [[" | ".join(row) for row in sec] for sec in section_rows(results)]
+
+
+def section_rows(results):
+    out = []
+    dm = results.get("daemon_side_main_group")
+    if dm:
+        rows = [("daemon-side mean over the main rounds (/metrics)", "operation", "count", "mean ms")]
+        for label, ops in dm.items():
+            for what, r in ops.items():
+                rows.append((f"warm pool {label[4]}", what, str(r["count"]), fmt(r["mean_ms"])))
+        out.append(rows)
+    f = results.get("files")
+    if f:
+        rows = [("file transfer", "size", "n", "p50 ms", "MiB/s (p50)", "MiB/s (slowest)")]
+        for key, label in (("put", "PUT /files (upload)"), ("get", "GET /files (download)"),
+                           ("host_write", "host: write to /dev/shm from Python"),
+                           ("host_read", "host: read from /dev/shm from Python")):
+            for mib in (1, 100):
+                r = f.get(f"{key}_{mib}MiB")
+                if r:
+                    rows.append((label, f"{mib} MiB", str(r["n"]), fmt(r["p50_ms"]), f"{r['mib_per_s_p50']:.0f}",
+                                 f"{r['mib_per_s_min']:.0f}"))
+        out.append(rows)
+    s = results.get("syscall")
+    if s:
+        rows = [(f"100k calls in /usr/bin/python3 ({s['reps']} runs each)", "inside p50 ms", "outside p50 ms",
+                 "inside ns/call", "outside ns/call", "tax (p50)", "tax (fastest runs)")]
+        for what, label in (("stat", 'os.stat("/")'), ("getppid", "os.getppid()")):
+            rows.append((label, fmt(s[f"inside_{what}"]["p50"]), fmt(s[f"outside_{what}"]["p50"]),
+                         f"{s[f'ns_per_call_inside_{what}']:.0f}", f"{s[f'ns_per_call_outside_{what}']:.0f}",
+                         f"{s[f'tax_{what}_pct']:+.1f} %", f"{s[f'tax_{what}_min_pct']:+.1f} %"))
+        out.append(rows)
+    ld = results.get("load")
+    if ld:
+        rows = [("sustained create -> exec true -> destroy", "clients", "cycles/s", "cycle p50", "p95", "p99",
+                 "create p50", "create p99", "errors")]
+        for key, r in ld.items():
+            label = {"pool0": "warm pool 0", "pool2": "warm pool 2", "bwrap": "peer: bwrap --unshare-all true"}[
+                key.split(".")[0]]
+            c = r["cycle_ms"]
+            k = r.get("create_ms")
+            rows.append((label, str(r["clients"]), f"{r['rate_per_s']:.0f}", fmt(c["p50"]), fmt(c["p95"]),
+                         fmt(c["p99"]), fmt(k["p50"]) if k else "-", fmt(k["p99"]) if k else "-", str(r["errors"])))
+        out.append(rows)
+    d = results.get("density")
+    if d:
+        p = d["per_sandbox_kb"]
+        a = d["after_destroy"]
+        rows = [("density", "value")]
+        r = d["daemon_rss_kb"]
+        rows += [("idle 64 MiB sandboxes created / running", f"{d['created']} / {d['running_listed']} "
+                  f"(of {d['requested']})"),
+                 ("create p50 / p99 while they pile up", f"{fmt(d['create_ms']['p50'])} / {fmt(d['create_ms']['p99'])} ms"),
+                 ("daemon RSS growth per sandbox", f"{p['daemon_rss']:.0f} KiB (RSS {r['before'] / 1024:.1f} -> "
+                  f"{r['with_all'] / 1024:.1f} MiB)"),
+                 ("MemAvailable drop per sandbox", f"{p['mem_available']:.0f} KiB (MemAvailable moved by "
+                  f"{d['mem_available_noise_1s_kb'] / 1024:.0f} MiB in 1 s by itself before the test)"),
+                 ("memory cgroup charge per sandbox (its processes, tmpfs, kernel objects)",
+                  "-" if p.get("cgroup_charged") is None else f"{p['cgroup_charged']:.0f} KiB"),
+                 ("  of which: the sandbox's processes (Pss)", f"{p['processes_pss']:.0f} KiB "
+                  f"({d['processes_per_sandbox']:.1f} processes)"),
+                 ("  kernel: slab / kernel stacks / page tables", f"{p['slab']:.0f} / {p['kernel_stack']:.0f} / "
+                  f"{p['page_tables']:.0f} KiB"),
+                 ("  shmem (tmpfs: writable layers, /dev/shm)", f"{p['shmem']:.0f} KiB"),
+                 ("after destroying all: sandboxes / processes / memory cgroups left",
+                  f"{a['sandboxes_left']} / {a['processes_left']} / {a.get('memory_cgroups_left', '-')}"),
+                 ("after destroying all: MemAvailable below where it started",
+                  f"{a['mem_available_not_returned_kb'] / 1024:.1f} MiB after {a.get('mem_available_back_after_s', 2):g} s"),
+                 ("after destroying all: daemon RSS growth", f"{a['daemon_rss_growth_kb'] / 1024:.1f} MiB")]
+        out.append(rows)
+    return out
 
 
 def markdown(results):
     """The same tables in Markdown, for pasting into docs/benchmarks.md."""
-    labels = dict(ORDER)
-    order = [k for k, _ in ORDER]
-    b = results["benchmarks"]
     lines = ["| benchmark | n | p50 | p95 | p99 | mean |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    for k in sorted(b, key=lambda k: order.index(k) if k in order else 99):
-        r = b[k]
-        name = labels.get(k, k).strip()
-        name = ("&nbsp;&nbsp;" + name) if labels.get(k, "").startswith("  ") else name
-        lines.append(f"| {name.replace('|', '/')} | {r['n']} | {fmt(r['p50'])} | {fmt(r['p95'])} | "
-                     f"{fmt(r['p99'])} | {fmt(r['mean'])} |")
-    lines += ["", "| Glovebox create+exec+destroy p50 vs | ratio |", "| --- | ---: |"]
-    lines += [f"| {labels.get('peer.' + k, k)} | {v:.2f}x |" for k, v in results["ratios"].items()]
+    for k, label, r in sorted_rows(results):
+        name = label.strip().replace("|", "/")
+        name = ("&nbsp;&nbsp;" + name) if label.startswith("  ") else name
+        if k in RATIO_OF:
+            name = f"**{name}**"
+        lines.append(f"| {name} | {r['n']} | {fmt(r['p50'])} | {fmt(r['p95'])} | {fmt(r['p99'])} | {fmt(r['mean'])} |")
+    labels = dict(ORDER)
+    if results["ratios"]:
+        peers = list(dict.fromkeys(p for r in results["ratios"].values() for p in r))
+        whats = list(results["ratios"])
+        lines += ["", "| create+exec+destroy p50 vs | " + " | ".join(RATIO_OF.get(w, w) for w in whats) + " |",
+                  "| --- |" + " ---: |" * len(whats)]
+        for p in peers:
+            cells = [f"{results['ratios'][w][p]:.2f}x" if p in results["ratios"][w] else "-" for w in whats]
+            lines.append(f"| {labels.get('peer.' + p, p)} | " + " | ".join(cells) + " |")
+    for sec in section_rows(results):
+        lines += ["", "| " + " | ".join(sec[0]) + " |", "| --- |" + " ---: |" * (len(sec[0]) - 1)]
+        lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in sec[1:]]
+    cpu = results["machine"].get("cpu_pct")
+    if cpu:
+        lines += ["", "| CPU while it ran, % of the machine | " + " | ".join(cpu) + " |",
+                  "| --- |" + " ---: |" * len(cpu)]
+        for who, label in (("ours", "this harness (client, daemons, sandboxes, peers)"),
+                           ("others", "other processes on the machine"),
+                           ("kernel", "kernel threads, interrupts (incl. deferred teardown)")):
+            lines.append(f"| {label} | " + " | ".join(f"{v[who]:g}" for v in cpu.values()) + " |")
     lines += ["", "| target | measured | |", "| --- | --- | --- |"]
     lines += [f"| {t['target']} | {t['measured']} | {'met' if t['met'] else '**missed**'} |"
               for t in results["targets"]]
     return "\n".join(lines) + "\n"
 
 
-def evaluate_targets(b, ratios):
+def evaluate_targets(results):
+    b, ratios = results["benchmarks"], results["ratios"]
     out = []
 
     def add(target, measured, met):
         out.append({"target": target, "measured": measured, "met": bool(met)})
 
-    ced = b.get("api.create_exec_destroy")
-    if ced:
-        p50 = ced["p50"]
-        add(f"create+exec true+destroy p50 <= {TARGET_CED_P50_MS:g} ms", f"{p50:.2f} ms"
-            + ("" if p50 <= TARGET_CED_P50_MS else f" ({p50 / TARGET_CED_P50_MS:.1f}x the target)"),
-            p50 <= TARGET_CED_P50_MS)
-        if "bwrap" in ratios:
-            r = ratios["bwrap"]
-            add(f"create+exec true+destroy p50 <= {TARGET_CED_VS_BWRAP:g}x bwrap --unshare-all true",
+    def ms_target(what, key, limit):
+        r = b.get(key)
+        if r:
+            p50 = r["p50"]
+            add(f"{what} p50 <= {limit:g} ms", f"{p50:.2f} ms"
+                + ("" if p50 <= limit else f" ({p50 / limit:.1f}x the target)"), p50 <= limit)
+
+    for key, pool in RATIO_OF.items():
+        ms_target(f"create+exec true+destroy, {pool},", key, TARGET_CED_P50_MS)
+        r = ratios.get(key, {}).get("bwrap")
+        if r is not None:
+            add(f"create+exec true+destroy, {pool}, p50 <= {TARGET_CED_VS_BWRAP:g}x bwrap --unshare-all true",
                 f"{r:.2f}x", r <= TARGET_CED_VS_BWRAP)
-    ex = b.get("api.exec_roundtrip")
-    if ex:
-        add(f"exec round trip p50 <= {TARGET_EXEC_P50_MS:g} ms", f"{ex['p50']:.2f} ms"
-            + ("" if ex["p50"] <= TARGET_EXEC_P50_MS
-               else f" ({ex['p50'] / TARGET_EXEC_P50_MS:.1f}x the target)"),
-            ex["p50"] <= TARGET_EXEC_P50_MS)
-    for k in ("api.create_exec_destroy", "api.exec_roundtrip"):
+    ms_target("create, warm pool 2,", "pool.create", TARGET_POOL_CREATE_P50_MS)
+    ms_target("exec round trip", "api.exec_roundtrip", TARGET_EXEC_P50_MS)
+    ms_target("run_code 1+1 round trip (warm context)", "api.run_code", TARGET_RUN_CODE_P50_MS)
+    ms_target("code-interpreter create -> first plot result (warm pool)", "code.plot_first_result", TARGET_PLOT_P50_MS)
+    for key, r in results.get("load", {}).items():
+        if key.startswith("pool"):
+            pool = "warm pool " + key[4]
+            rate = r["rate_per_s"]
+            add(f"sustained create+exec+destroy, {r['clients']} clients, {pool}, >= {TARGET_RATE_PER_S:g}/s",
+                f"{rate:.1f}/s" + ("" if rate >= TARGET_RATE_PER_S else f" ({rate / TARGET_RATE_PER_S:.2f}x the target)")
+                + (f", {r['errors']} errors" if r["errors"] else ""), rate >= TARGET_RATE_PER_S and not r["errors"])
+    s = results.get("syscall")
+    if s:
+        tax = s["tax_stat_pct"]
+        add(f"100k os.stat(\"/\") in python3, inside vs outside, tax (p50) <= {TARGET_SYSCALL_TAX_PCT:g} %",
+            f"{tax:+.1f} % (fastest runs: {s['tax_stat_min_pct']:+.1f} %)", tax <= TARGET_SYSCALL_TAX_PCT)
+    for k in ("api.create_exec_destroy", "pool.create_exec_destroy", "api.exec_roundtrip"):
         if k in b:
             t = b[k]["p99"] / b[k]["p50"]
             add(f"{k} p99 <= {TARGET_TAIL_RATIO:g}x p50", f"{t:.2f}x", t <= TARGET_TAIL_RATIO)
@@ -487,21 +1308,37 @@ def evaluate_targets(b, ratios):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--url", help="daemon URL (loopback); without it the API benchmarks are skipped")
+    ap.add_argument("--url", help="daemon with --warm-pool 0 (loopback); without it the API benchmarks are skipped")
+    ap.add_argument("--pool-url", help="daemon with a warm pool (loopback), for pool.*, code.plot and load.pool2")
+    ap.add_argument("--pool-size", type=int, default=2, help="the --warm-pool of the --pool-url daemon")
+    ap.add_argument("--templates-dir", help="where the code-interpreter template is built (the pool daemon's "
+                    "GLOVEBOX_TEMPLATES_DIR); without it the code-interpreter benchmarks are skipped")
+    ap.add_argument("--daemon-pid", type=int, help="pid of the --url daemon (density: its RSS, its processes)")
+    ap.add_argument("--pool-daemon-pid", type=int, help="pid of the --pool-url daemon (to tell its CPU from others')")
     ap.add_argument("--key", default=os.environ.get("GLOVEBOX_API_KEY", ""))
     ap.add_argument("--glovebox", help="path to the glovebox binary (for the CLI benchmarks)")
     ap.add_argument("--n", type=int, help="iterations per benchmark (default 200; 30 with --quick)")
     ap.add_argument("--cli-n", type=int, help="iterations of the CLI benchmarks (default 30; 10 with --quick)")
+    ap.add_argument("--plot-n", type=int, help="iterations of code.plot_first_result (default 10; 3 with --quick)")
+    ap.add_argument("--net-n", type=int, help="iterations of the network-policy creates (default 40; 10 with --quick)")
+    ap.add_argument("--load-s", type=float, help="seconds per sustained-load run (default 10; 3 with --quick)")
+    ap.add_argument("--density", type=int, help="idle sandboxes for the density phase (default 200; 50 with "
+                    "--quick; 0 skips it)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sequential", action="store_true",
                     help="run each benchmark to the end before the next (default: interleaved rounds)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "results", "latest.json"))
-    ap.add_argument("--only", default="", help="comma-separated benchmark prefixes to run (e.g. api,peer.bwrap)")
+    ap.add_argument("--only", default="", help="comma-separated benchmark prefixes to run (e.g. api,peer.bwrap,"
+                    "pool,code,net,files,syscall,load,density)")
     a = ap.parse_args()
     n = a.n or (30 if a.quick else 200)
     cli_n = a.cli_n or (10 if a.quick else 30)
+    plot_n = a.plot_n or (3 if a.quick else 10)
+    net_n = a.net_n or (10 if a.quick else 40)
+    load_s = a.load_s or (3.0 if a.quick else 10.0)
+    density_n = a.density if a.density is not None else (50 if a.quick else 200)
     only = [p for p in a.only.split(",") if p]
 
     def wanted(name):
@@ -509,11 +1346,12 @@ def main():
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     results = {
-        "schema": 1,
+        "schema": 2,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "glovebox_rev": git_rev(repo),
         "machine": machine_info(),
-        "settings": {"n": n, "cli_n": cli_n, "warmup": a.warmup, "quick": a.quick,
+        "settings": {"n": n, "cli_n": cli_n, "plot_n": plot_n, "net_n": net_n, "load_s": load_s,
+                     "density": density_n, "warmup": a.warmup, "quick": a.quick, "pool_size": a.pool_size,
                      "order": "sequential" if a.sequential else "interleaved"},
         "versions": {},
         "benchmarks": {},
@@ -524,23 +1362,46 @@ def main():
         "hosted_published_median_s": HOSTED_PUBLISHED_S,
     }
     failed = {}
-
     benches = []
     unavailable = results["unavailable"]
+    wall0 = time.monotonic()
 
-    def add(name, n_, warmup, step, setup=None, teardown=None, alone=False):
-        if wanted(name):
-            benches.append(Bench(name, n_, warmup, step, setup, teardown, alone))
+    def add(name, n_, warmup, step, setup=None, teardown=None, group="main", force=False):
+        if force or wanted(name):
+            benches.append(Bench(name, n_, warmup, step, setup, teardown, group))
 
-    # Glovebox through the warm daemon.
     api = Api(a.url, a.key) if a.url else None
+    papi = Api(a.pool_url, a.key) if a.pool_url else None
+    site = None
+    if a.templates_dir:
+        site = next(iter(sorted(
+            os.path.join(root, d) for root, dirs, _ in os.walk(os.path.join(a.templates_dir, "code-interpreter", "rootfs"))
+            for d in dirs if d == "dist-packages")), None)
+    pool_want = a.pool_size * (2 if site else 1)
+    if papi is not None and a.pool_size > 0:
+        # Nothing is measured while the pool daemon is still booting its pool (the
+        # code-interpreter kernels import pandas and matplotlib: seconds of CPU).
+        t = time.monotonic()
+        try:
+            papi.wait_warm(pool_want, 120, poll_s=0.1)
+            results["settings"]["pool_ready_s"] = round(time.monotonic() - t, 1)
+        except BenchError as e:
+            print(f"  warm pool: {e}", file=sys.stderr)
+
+    # Glovebox through the two daemons.
     if api is None:
-        for k in ("api.create_exec_destroy", "api.exec_roundtrip", "cli.run_daemon"):
+        for k in ("api.*", "cli.run_daemon", "net.*", "files", "syscall", "load", "density"):
             unavailable[k] = "no --url given"
     else:
-        add("api.create_exec_destroy", n, a.warmup, api_ced_step(api))
+        add("api.create_exec_destroy", n, a.warmup, ced_step(api, "api"))
         live_sb = LiveSandbox(api)
         add("api.exec_roundtrip", n, a.warmup, live_sb.step, live_sb.setup, live_sb.teardown)
+        code_sb = LiveSandbox(api.clone(), code=True)
+        add("api.run_code", n, a.warmup, code_sb.step, code_sb.setup, code_sb.teardown)
+    if papi is None or a.pool_size == 0:
+        unavailable["pool.*"] = "no --pool-url daemon with a warm pool"
+    else:
+        add("pool.create_exec_destroy", n, a.warmup, ced_step(papi, "pool", pool_want))
 
     # The CLI: one process per run, against the daemon and embedded.
     work = tempfile.mkdtemp(prefix="glovebox-bench-")
@@ -556,13 +1417,13 @@ def main():
         unavailable["cli.*"] = "no --glovebox binary given"
 
     # Peers, each probed once first: one that cannot run here is reported, not fatal.
-    def peer(name, argv_fn, missing=None, alone=False):
+    def peer(name, argv_fn, missing=None, group="main"):
         if not wanted(name):
             return
         if missing:
             unavailable[name] = missing
         elif works(argv_fn("probe")):
-            add(name, n, a.warmup, cmd_step(name, argv_fn), alone=alone)
+            add(name, n, a.warmup, cmd_step(name, argv_fn), group=group)
         else:
             unavailable[name] = f"failed here: {diagnose(argv_fn('probe'))}"
 
@@ -574,6 +1435,29 @@ def main():
     if shutil.which("unshare"):
         results["versions"]["unshare"] = tool_version(["unshare", "--version"])
     peer("peer.unshare", lambda i: UNSHARE, None if shutil.which("unshare") else "unshare not installed")
+    peer("peer.true", lambda i: ["true"])
+
+    # The code-interpreter plot, with its host peers, in a group of its own.
+    if papi is not None and a.pool_size > 0 and site:
+        add("code.plot_first_result", plot_n, 1, plot_step(papi, pool_want, 0.5), group="plot")
+        # The host peers come with the plot (as bwrap comes with the API rows).
+        with_plot = wanted("code.plot")
+        hp = HostPlot(site)
+        add("peer.host_plot_first", max(3, plot_n // 2), 1, hp.step, None, hp.teardown, group="plot", force=with_plot)
+        add("peer.host_plot_cold", max(2, plot_n // 3), 1, hp.cold_step, group="plot", force=with_plot)
+    elif wanted("code.plot"):
+        unavailable["code.plot_first_result"] = ("no code-interpreter template (bench/run builds it with "
+                                                 "scripts/build-code-interpreter) or no warm-pool daemon")
+
+    # Network policy cost: deny-all against an allow-list, interleaved, in a group of their own
+    # (an allow-list create runs ip and nft; the kernel frees a veth asynchronously).
+    if api is not None:
+        if shutil.which("nft") or os.path.exists("/usr/sbin/nft"):
+            add("net.create_deny_all", net_n, 3, net_step(api, "deny_all", {"mode": "deny-all"}), group="net")
+            add("net.create_allow_list", net_n, 3,
+                net_step(api, "allow_list", {"mode": "allow-list", "allow": ["203.0.113.0/24"]}), group="net")
+        elif wanted("net."):
+            unavailable["net.*"] = "nft not installed (scripts/deps installs nftables)"
 
     bundle, bundle_err = None, "runc not installed (Debian package runc; its `runc spec` makes the bundle)"
     if shutil.which("runc"):
@@ -596,18 +1480,77 @@ def main():
             # `true` exits, so nothing outlives the run.
             return [tool, "--root", os.path.join(work, f"{tool}-state"), *extra, "run",
                     "--bundle", bundle or "", f"gb-bench-{os.getpid()}-{i}"]
-        peer(f"peer.{tool}", argv_of, missing, alone=True)
+        peer(f"peer.{tool}", argv_of, missing, group=tool)
 
-    peer("peer.true", lambda i: ["true"])
+    phase_s = {}
+
+    def phase(name, fn):
+        if not wanted(name):
+            return
+        t = time.monotonic()
+        print(f"  {name} ...", file=sys.stderr, flush=True)
+        cpu.start(name)
+        try:
+            results[name] = fn()
+        except (BenchError, OSError, subprocess.CalledProcessError, ValueError) as e:
+            failed[name] = str(e)
+            print(f"  {name}: FAILED: {e}", file=sys.stderr, flush=True)
+        cpu.stop(name)
+        phase_s[name] = round(time.monotonic() - t, 1)
+
+    def load_all():
+        out = {}
+        for label, client in (("pool0", api), ("pool2", papi)):
+            if client is None:
+                continue
+            for c in (8, 32):
+                if label == "pool2":
+                    client.wait_warm(pool_want, 60, poll_s=0.05)
+                out[f"{label}.c{c}"] = load_phase(client, c, load_s)
+                time.sleep(0.5)
+        if have_bwrap:
+            out["bwrap.c8"] = load_peer_bwrap(8, load_s / 2)
+        if papi is not None and a.pool_size > 0:
+            papi.wait_warm(pool_want, 60, poll_s=0.05)  # no refill under the next phase
+        return out
+
+    snaps, daemon_ms = {}, {}
+    cpu = CpuWatch([a.daemon_pid, a.pool_daemon_pid])
+
+    def before_group(g):
+        cpu.start(g)
+        if g == "main":
+            for label, c in (("pool0", api), ("pool2", papi)):
+                if c is not None:
+                    snaps[label] = c.metrics()
+
+    def after_group(g):
+        cpu.stop(g)
+        if g == "main":
+            for label, c in (("pool0", api), ("pool2", papi)):
+                if c is not None and label in snaps:
+                    daemon_ms[label] = daemon_side(snaps[label], c.metrics())
+            results["daemon_side_main_group"] = daemon_ms
 
     t0 = time.monotonic()
     try:
-        ran = schedule(benches, not a.sequential, failed)
+        ran = schedule(benches, not a.sequential, failed, before_group, after_group)
+        if api is not None:
+            phase("files", lambda: files_phase(api, a.quick))
+            phase("syscall", lambda: syscall_phase(api, a.quick))
+            phase("load", load_all)
+            if density_n > 0 and a.daemon_pid:
+                phase("density", lambda: density_phase(api, density_n, a.daemon_pid))
+            elif wanted("density"):
+                unavailable["density"] = "skipped (--density 0)" if density_n <= 0 else "no --daemon-pid given"
     finally:
         safe_rmtree(work)
-        if api is not None:
-            api.close()
+        for c in (api, papi):
+            if c is not None:
+                c.close()
     results["settings"]["wall_s"] = round(time.monotonic() - t0, 1)
+    results["machine"]["cpu_pct"] = cpu.report()
+    results["settings"]["phase_s"] = phase_s
     for name, why in failed.items():
         unavailable[name] = f"failed: {why}"
     for b in ran:
@@ -617,6 +1560,8 @@ def main():
             results["benchmarks"][k] = summarize(samples)
             results["samples_ms"][k] = [round(x, 4) for x in samples]
         print(f"  {b.name:<26} {b.elapsed_s:6.1f} s", file=sys.stderr)
+    for k, v in phase_s.items():
+        print(f"  {k:<26} {v:6.1f} s", file=sys.stderr)
 
     try:
         with open("/proc/loadavg") as f:
@@ -624,12 +1569,13 @@ def main():
     except OSError:
         pass
     b = results["benchmarks"]
-    if "api.create_exec_destroy" in b:
-        ced50 = b["api.create_exec_destroy"]["p50"]
-        for k, v in b.items():
-            if k.startswith("peer.") and v["p50"] > 0:
-                results["ratios"][k[len("peer."):]] = ced50 / v["p50"]
-    results["targets"] = evaluate_targets(b, results["ratios"])
+    for what in RATIO_OF:
+        if what in b:
+            ced50 = b[what]["p50"]
+            results["ratios"][what] = {k[len("peer."):]: ced50 / v["p50"] for k, v in b.items()
+                                       if k.startswith("peer.") and not k.startswith("peer.host_plot") and v["p50"] > 0}
+    results["targets"] = evaluate_targets(results)
+    results["settings"]["total_s"] = round(time.monotonic() - wall0, 1)
 
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
@@ -644,10 +1590,13 @@ def main():
           f"cgroup {results['machine']['cgroup']}; load average "
           f"{' '.join(results['machine']['loadavg_at_start'])} at start, "
           f"{' '.join(results['machine'].get('loadavg_at_end', []))} at end")
+    print("CPU while each group ran, % of the machine (this harness / other processes / kernel threads "
+          "and interrupts): " + ", ".join(f"{k} {v['ours']:g}/{v['others']:g}/{v['kernel']:g}"
+                                          for k, v in results["machine"]["cpu_pct"].items()))
     print(table(results))
     print(f"\nJSON: {a.out}\nMarkdown tables: {md}")
     # Glovebox's own benchmarks must run; a peer that could not is reported, not fatal.
-    return 1 if any(f.startswith(("api.", "cli.")) for f in failed) else 0
+    return 1 if any(not f.startswith("peer.") for f in failed) else 0
 
 
 def safe_rmtree(path):
