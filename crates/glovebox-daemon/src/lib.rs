@@ -12,4 +12,5 @@ pub mod net;
 pub mod ops;
 pub mod server;
 pub mod slots;
+pub mod store;
 pub mod util;

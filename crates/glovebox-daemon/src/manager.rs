@@ -107,6 +107,8 @@ pub struct Manager {
     pool_filling: std::sync::atomic::AtomicUsize,
     pub metrics: crate::metrics::Metrics,
     net: Arc<crate::net::Net>,
+    /// Persistent state (`<data_dir>/glovebox.db`).
+    pub store: Arc<crate::store::Store>,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -273,6 +275,7 @@ impl Manager {
         let slots = Slots::new(&cfg.run_dir.join("slots")).map_err(internal("slots dir"))?;
         fs::set_permissions(cfg.run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
+        let store = crate::store::Store::open(&cfg.data_dir).map_err(|e| Error::Internal(format!("store: {e}")))?;
         let cgroups = cgroup::detect(&cfg.cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
         // Each process sharing the data dir gets its own skeleton copy, so one daemon's
         // start never replaces the tree under another's running sandboxes.
@@ -296,6 +299,7 @@ impl Manager {
             pool_filling: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
             net: Arc::new(crate::net::Net::new()),
+            store: Arc::new(store),
         });
         m.reconcile();
         m.refill_pool();

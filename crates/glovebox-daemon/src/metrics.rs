@@ -47,14 +47,20 @@ impl Histogram {
     }
 }
 
-const REASONS: [EndReason; 5] =
-    [EndReason::Timeout, EndReason::Killed, EndReason::Oom, EndReason::Error, EndReason::DaemonRestart];
+const REASONS: [EndReason; 6] = [
+    EndReason::Timeout,
+    EndReason::Killed,
+    EndReason::Oom,
+    EndReason::Error,
+    EndReason::DaemonRestart,
+    EndReason::Idle,
+];
 
 #[derive(Default)]
 pub struct Metrics {
     pub created: AtomicU64,
     pub create_failed: AtomicU64,
-    ended: [AtomicU64; 5],
+    ended: [AtomicU64; 6],
     pub commands: AtomicU64,
     pub command_timeouts: AtomicU64,
     pub command_ooms: AtomicU64,

@@ -130,6 +130,8 @@ pub enum EndReason {
     Error,
     /// Found orphaned after a daemon restart and cleaned up.
     DaemonRestart,
+    /// Nothing ran in it for its `idle_timeout_s`.
+    Idle,
 }
 
 impl EndReason {
@@ -140,7 +142,20 @@ impl EndReason {
             EndReason::Oom => "oom",
             EndReason::Error => "error",
             EndReason::DaemonRestart => "daemon_restart",
+            EndReason::Idle => "idle",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<EndReason> {
+        Some(match s {
+            "timeout" => EndReason::Timeout,
+            "killed" => EndReason::Killed,
+            "oom" => EndReason::Oom,
+            "error" => EndReason::Error,
+            "daemon_restart" => EndReason::DaemonRestart,
+            "idle" => EndReason::Idle,
+            _ => return None,
+        })
     }
 }
 

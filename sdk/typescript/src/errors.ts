@@ -45,7 +45,7 @@ export class NotSupportedError extends GloveboxError {}
 export class QuotaError extends GloveboxError {}
 
 /** Why a sandbox ended, as the daemon reports it on 410 `sandbox_gone`. */
-export type SandboxEndReason = "timeout" | "killed" | "oom" | "error" | "daemon_restart";
+export type SandboxEndReason = "timeout" | "killed" | "oom" | "error" | "daemon_restart" | "idle";
 
 /** 410: the sandbox has ended; `reason` says why. */
 export class SandboxGoneError extends GloveboxError {

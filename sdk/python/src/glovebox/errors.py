@@ -84,7 +84,7 @@ class CommandExitError(GloveboxError):
 
 class SandboxGoneError(GloveboxError):
     """The sandbox has ended (410 ``sandbox_gone``). ``reason`` is one of ``timeout``,
-    ``killed``, ``oom``, ``error``, ``daemon_restart``."""
+    ``killed``, ``oom``, ``error``, ``daemon_restart``, ``idle``."""
 
     def __init__(self, message: str, *, reason: Optional[str] = None, code: Optional[str] = "sandbox_gone",
                  status: Optional[int] = 410) -> None:
