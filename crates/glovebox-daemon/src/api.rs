@@ -16,15 +16,16 @@ use axum::routing::{get, post};
 use axum::Router;
 use glovebox_proto::agent::ErrorCode;
 use glovebox_proto::api::{
-    CreateSandbox, EndReason, Entries, ErrorBody, ErrorDetail, ExecRequest, MakeDir, Rename, SandboxList, SetTimeout,
-    SignalRequest,
+    CreateKey, CreateSandbox, CreatedKey, EndReason, Entries, ErrorBody, ErrorDetail, ExecRequest, KeyList, MakeDir,
+    Rename, SandboxList, SetTimeout, SignalRequest, TenantQuota, UsageReport,
 };
 use serde::Deserialize;
 
 use crate::error::Error;
 use crate::manager::Manager;
 use crate::ops;
-use crate::util::constant_time_eq;
+use crate::tenants::Caller;
+use axum::Extension;
 
 /// Largest JSON body accepted (stdin given inline counts here; use the file API for more).
 pub const MAX_JSON_BODY: usize = 16 << 20;
@@ -36,6 +37,7 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
+    state.manager.tenants.set_admin_key(&state.api_key);
     let v1 = Router::new()
         .route("/sandboxes", post(create).get(list))
         .route("/sandboxes/{id}", get(get_one).delete(kill))
@@ -50,6 +52,11 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files", get(download).put(upload).delete(remove).layer(DefaultBodyLimit::disable()))
         .route("/sandboxes/{id}/code", post(run_code))
         .route("/sandboxes/{id}/metrics", get(sandbox_metrics))
+        .route("/sandboxes/{id}/usage", get(sandbox_usage))
+        .route("/usage", get(usage_report))
+        .route("/keys", post(create_key).get(list_keys))
+        .route("/keys/{kid}", axum::routing::delete(revoke_key))
+        .route("/tenants/{tenant}/quota", get(get_quota).put(set_quota))
         .route("/sandboxes/{id}/contexts", post(create_context).get(list_contexts))
         .route("/sandboxes/{id}/contexts/{cid}", axum::routing::delete(remove_context))
         .route("/sandboxes/{id}/contexts/{cid}/restart", post(restart_context))
@@ -70,15 +77,43 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let h = req.headers();
-    let given = h
-        .get(header::AUTHORIZATION)
+/// The API key a request presents (`Authorization: Bearer …` or `X-API-Key`).
+pub fn presented_key(h: &HeaderMap) -> Option<&str> {
+    h.get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()));
-    match given {
-        Some(k) if constant_time_eq(k.trim().as_bytes(), st.api_key.as_bytes()) => {
+        .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
+}
+
+/// Whether `caller` may address sandbox `id`. Someone else's sandbox (live or ended) is
+/// answered exactly like one that never existed: 404, so ids of other tenants cannot be probed.
+pub fn authorize(manager: &Manager, caller: &Caller, id: &str) -> Result<(), ApiError> {
+    match manager.owner_of(id) {
+        Some(owner) if !caller.may_access(&owner) => Err(Error::SandboxNotFound(id.to_string()).into()),
+        _ => Ok(()),
+    }
+}
+
+/// The sandbox id a `/v1/sandboxes/{id}/…` path names.
+fn sandbox_in_path(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v1").unwrap_or(path).strip_prefix("/sandboxes/")?;
+    let id = rest.split('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+async fn auth(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let h = req.headers();
+    let caller = presented_key(h).and_then(|k| st.manager.tenants.authenticate(k));
+    match (presented_key(h), caller) {
+        (_, Some(caller)) => {
+            if let Some(id) = sandbox_in_path(req.uri().path()) {
+                if let Err(e) = authorize(&st.manager, &caller, id) {
+                    drain(req.into_body()).await;
+                    return e.into_response();
+                }
+            }
+            req.extensions_mut().insert(caller);
+            let h = req.headers();
             let declared =
                 h.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
             let is_file_body = req.uri().path().ends_with("/files") || req.uri().path().ends_with("/stdin");
@@ -87,11 +122,11 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
                 _ => next.run(req).await,
             }
         }
-        Some(_) => {
+        (Some(_), None) => {
             drain(req.into_body()).await;
             ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key").into_response()
         }
-        None => {
+        (None, None) => {
             drain(req.into_body()).await;
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -182,6 +217,7 @@ impl From<Error> for ApiError {
             }
             Error::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Error::Quota(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             Error::Start(_) => {
                 tracing::error!("{msg}");
                 (StatusCode::INTERNAL_SERVER_ERROR, "start_failed")
@@ -269,8 +305,12 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
     (status, axum::Json(v)).into_response()
 }
 
-async fn create(State(st): State<AppState>, Json(req): Json<CreateSandbox>) -> ApiResult<Response> {
-    let sb = st.manager.create(req).await?;
+async fn create(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(req): Json<CreateSandbox>,
+) -> ApiResult<Response> {
+    let sb = st.manager.create_for(&caller.tenant, req).await?;
     Ok(json(StatusCode::CREATED, &sb.view()))
 }
 
@@ -281,7 +321,11 @@ struct ListQuery {
     metadata: Option<String>,
 }
 
-async fn list(State(st): State<AppState>, Query(q): Query<ListQuery>) -> ApiResult<Response> {
+async fn list(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Response> {
     let mut filters = BTreeMap::new();
     if let Some(m) = &q.metadata {
         for pair in m.split(',').filter(|p| !p.is_empty()) {
@@ -291,8 +335,12 @@ async fn list(State(st): State<AppState>, Query(q): Query<ListQuery>) -> ApiResu
             filters.insert(k.to_string(), v.to_string());
         }
     }
-    let sandboxes =
-        st.manager.list().into_iter().filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v))).collect();
+    let sandboxes = st
+        .manager
+        .list_for(&caller)
+        .into_iter()
+        .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .collect();
     Ok(json(StatusCode::OK, &SandboxList { sandboxes }))
 }
 
@@ -560,7 +608,11 @@ async fn remove_context(State(st): State<AppState>, Path((id, cid)): Path<(Strin
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn prometheus(State(st): State<AppState>) -> Response {
+async fn prometheus(Extension(caller): Extension<Caller>, State(st): State<AppState>) -> Response {
+    // Daemon-wide numbers cover every tenant: the operator's.
+    if let Err(e) = require_admin(&caller) {
+        return e.into_response();
+    }
     let body = st.manager.metrics.render(st.manager.live_count(), st.manager.warm_count());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
@@ -587,4 +639,86 @@ async fn set_network(
 async fn egress_log(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     Ok(json(StatusCode::OK, &glovebox_proto::api::EgressLog { entries: sb.egress.entries() }))
+}
+
+fn require_admin(caller: &Caller) -> ApiResult<()> {
+    if caller.admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this needs the admin API key"))
+    }
+}
+
+async fn create_key(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    Json(req): Json<CreateKey>,
+) -> ApiResult<Response> {
+    require_admin(&caller)?;
+    let (key, info) = st.manager.tenants.create_key(&req.tenant, req.name)?;
+    Ok(json(StatusCode::CREATED, &CreatedKey { key, info }))
+}
+
+async fn list_keys(Extension(caller): Extension<Caller>, State(st): State<AppState>) -> ApiResult<Response> {
+    require_admin(&caller)?;
+    Ok(json(StatusCode::OK, &KeyList { keys: st.manager.tenants.list_keys() }))
+}
+
+async fn revoke_key(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    Path(kid): Path<String>,
+) -> ApiResult<Response> {
+    require_admin(&caller)?;
+    Ok(json(StatusCode::OK, &st.manager.tenants.revoke_key(&kid)?))
+}
+
+async fn get_quota(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    Path(tenant): Path<String>,
+) -> ApiResult<Response> {
+    if !caller.may_access(&tenant) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a key may only read its own tenant's quota"));
+    }
+    Ok(json(StatusCode::OK, &st.manager.tenants.quota(&tenant)))
+}
+
+async fn set_quota(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    Path(tenant): Path<String>,
+    Json(q): Json<TenantQuota>,
+) -> ApiResult<Response> {
+    require_admin(&caller)?;
+    Ok(json(StatusCode::OK, &st.manager.tenants.set_quota(&tenant, q)?))
+}
+
+async fn sandbox_usage(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    match st.manager.usage_of(&id) {
+        Some(u) => Ok(json(StatusCode::OK, &u)),
+        None => Err(Error::SandboxNotFound(id).into()),
+    }
+}
+
+#[derive(Deserialize)]
+struct UsageQuery {
+    #[serde(default)]
+    tenant: Option<String>,
+}
+
+async fn usage_report(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    Query(q): Query<UsageQuery>,
+) -> ApiResult<Response> {
+    let tenant = match (&q.tenant, caller.admin) {
+        (Some(t), true) => Some(t.as_str()),
+        (None, true) => None,
+        (Some(t), false) if *t != caller.tenant => {
+            return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a key may only read its own tenant's usage"))
+        }
+        _ => Some(caller.tenant.as_str()),
+    };
+    Ok(json(StatusCode::OK, &UsageReport { tenants: st.manager.usage_report(tenant) }))
 }

@@ -31,6 +31,10 @@ pub struct Egress {
     resolved: Mutex<HashMap<Ipv4Addr, HashSet<String>>>,
     audit: Mutex<VecDeque<EgressEntry>>,
     conns: Mutex<Vec<(String, u16, tokio::task::AbortHandle)>>,
+    /// Bytes sent and received over every recorded connection (usage metering; the audit
+    /// ring forgets old entries, these totals do not).
+    pub bytes_up: std::sync::atomic::AtomicU64,
+    pub bytes_down: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -44,6 +48,8 @@ impl Egress {
             resolved: Mutex::new(HashMap::new()),
             audit: Mutex::new(VecDeque::new()),
             conns: Mutex::new(Vec::new()),
+            bytes_up: Default::default(),
+            bytes_down: Default::default(),
         })
     }
 
@@ -52,6 +58,9 @@ impl Egress {
     }
 
     pub fn record(&self, e: EgressEntry) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.bytes_up.fetch_add(e.bytes_up, Relaxed);
+        self.bytes_down.fetch_add(e.bytes_down, Relaxed);
         let mut a = lock(&self.audit);
         if a.len() >= AUDIT_MAX {
             a.pop_front();

@@ -17,6 +17,9 @@ pub enum Error {
     Conflict(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A tenant quota would be exceeded (the message names the limit).
+    #[error("{0}")]
+    Quota(String),
     #[error("sandbox failed to start: {0}")]
     Start(String),
     /// A file operation the agent refused (its own code, e.g. `not_found`, and message).

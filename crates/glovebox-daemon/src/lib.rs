@@ -13,4 +13,6 @@ pub mod ops;
 pub mod server;
 pub mod slots;
 pub mod store;
+pub mod tenants;
+pub mod usage;
 pub mod util;

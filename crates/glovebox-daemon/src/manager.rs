@@ -109,6 +109,10 @@ pub struct Manager {
     net: Arc<crate::net::Net>,
     /// Persistent state (`<data_dir>/glovebox.db`).
     pub store: Arc<crate::store::Store>,
+    /// API keys, tenants, quotas (see `tenants`).
+    pub tenants: Arc<crate::tenants::Tenants>,
+    /// Metered use of ended sandboxes (see `usage`).
+    pub ended_usage: crate::usage::Ledger,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -185,6 +189,9 @@ pub struct Sb {
     cpu_sample: Mutex<(Instant, u64)>,
     /// Modules the template's python kernels preload.
     pub preload: Option<String>,
+    /// The tenant that owns it (see `tenants`).
+    pub tenant: String,
+    pub meter: crate::usage::Meter,
     _slot: Slot,
 }
 
@@ -221,6 +228,16 @@ impl Sb {
     }
 
     /// Resource use from the cgroups (CPU % over the time since the previous call).
+    /// Metered use so far (a fresh reading folded in).
+    pub fn usage(&self) -> api::SandboxUsage {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(st) = self.stats() {
+            self.meter.sample(&st);
+        }
+        let egress = (self.egress.bytes_up.load(Relaxed), self.egress.bytes_down.load(Relaxed));
+        self.meter.report(&self.id, &self.tenant, egress)
+    }
+
     pub fn metrics(&self) -> api::SandboxMetrics {
         let st = self.cgroup.stats().ok();
         let now = Instant::now();
@@ -300,8 +317,11 @@ impl Manager {
             metrics: crate::metrics::Metrics::default(),
             net: Arc::new(crate::net::Net::new()),
             store: Arc::new(store),
+            tenants: Arc::new(crate::tenants::Tenants::new()),
+            ended_usage: crate::usage::Ledger::default(),
         });
         m.reconcile();
+        m.spawn_sampler();
         m.refill_pool();
         Ok(m)
     }
@@ -415,10 +435,64 @@ impl Manager {
     }
 
     pub fn list(&self) -> Vec<Sandbox> {
-        let mut v: Vec<Sandbox> =
-            self.live.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.view()).collect();
+        self.list_for(&crate::tenants::Caller::admin())
+    }
+
+    /// The live sandboxes `caller` may see.
+    pub fn list_for(&self, caller: &crate::tenants::Caller) -> Vec<Sandbox> {
+        let mut v: Vec<Sandbox> = self
+            .live
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| caller.may_access(&s.tenant))
+            .map(|s| s.view())
+            .collect();
         v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         v
+    }
+
+    /// The tenant owning sandbox `id` (live or recently ended), if it is known.
+    pub fn owner_of(&self, id: &str) -> Option<String> {
+        if let Some(sb) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return Some(sb.tenant.clone());
+        }
+        self.tenants.ended_owner(id)
+    }
+
+    /// Metered use of a sandbox, live or ended.
+    pub fn usage_of(&self, id: &str) -> Option<api::SandboxUsage> {
+        if let Some(sb) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(id) {
+            return Some(sb.usage());
+        }
+        self.ended_usage.get(id)
+    }
+
+    /// Usage totals per tenant (all tenants when `tenant` is None), live sandboxes included.
+    pub fn usage_report(&self, tenant: Option<&str>) -> Vec<api::TenantUsage> {
+        let live: Vec<api::SandboxUsage> =
+            self.live.read().unwrap_or_else(|p| p.into_inner()).values().map(|s| s.usage()).collect();
+        self.ended_usage.report(tenant, &live)
+    }
+
+    /// Samples every live sandbox's cgroup for the usage meters.
+    fn spawn_sampler(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::usage::SAMPLE_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(m) = weak.upgrade() else { return };
+                let live: Vec<Arc<Sb>> = m.live.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+                drop(m);
+                for sb in live {
+                    if let Some(st) = sb.stats() {
+                        sb.meter.sample(&st);
+                    }
+                }
+            }
+        });
     }
 
     pub fn live_count(&self) -> usize {
@@ -465,9 +539,15 @@ impl Manager {
         Ok(l)
     }
 
+    /// Creates a sandbox for the `default` tenant.
     pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
+        self.create_for(crate::tenants::DEFAULT_TENANT, req).await
+    }
+
+    /// Creates a sandbox owned by `tenant`, within its quotas.
+    pub async fn create_for(self: &Arc<Self>, tenant: &str, req: CreateSandbox) -> Result<Arc<Sb>> {
         let t = Instant::now();
-        let r = self.create_inner(req).await;
+        let r = self.create_inner(tenant, req).await;
         match &r {
             Ok(_) => {
                 crate::metrics::Metrics::inc(&self.metrics.created);
@@ -481,7 +561,7 @@ impl Manager {
         r
     }
 
-    async fn create_inner(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
+    async fn create_inner(self: &Arc<Self>, tenant: &str, req: CreateSandbox) -> Result<Arc<Sb>> {
         let limits = self.limits_for(&req.resources)?;
         let template = req.template.clone().unwrap_or_else(|| "base".to_string());
         let tpl = self.template(&template)?;
@@ -495,6 +575,7 @@ impl Manager {
                 return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
             }
         }
+        let admission = self.tenants.admit(tenant, &limits)?;
         let (booted, warm) = match self.take_warm(&tpl.name, &limits) {
             Some(b) => (b, true),
             None => {
@@ -508,6 +589,8 @@ impl Manager {
             }
         };
         self.refill_pool();
+        // What the sandbox used before it was handed out (boot, a warm kernel) is not billed.
+        let cpu_base = booted.cgroup.stats().map(|s| s.cpu_usage_usec).unwrap_or(0);
         let now = SystemTime::now();
         let life = Duration::from_secs(timeout_s);
         let sb = Arc::new(Sb {
@@ -530,8 +613,11 @@ impl Manager {
             kernels: booted.kernels,
             cpu_sample: Mutex::new((Instant::now(), 0)),
             preload: tpl.preload.clone(),
+            tenant: tenant.to_string(),
+            meter: crate::usage::Meter::new(now, cpu_base),
             _slot: booted.slot,
         });
+        admission.commit();
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
         self.watch(sb.clone());
         if policy.needs_link() {
@@ -845,6 +931,10 @@ impl Manager {
     pub async fn destroy(&self, id: &str, reason: EndReason) -> bool {
         let sb = self.live.write().unwrap_or_else(|p| p.into_inner()).remove(id);
         let Some(sb) = sb else { return false };
+        sb.meter.finish(sb.stats().as_ref());
+        self.tenants.release(&sb.tenant, &sb.limits);
+        self.tenants.ended(id, &sb.tenant);
+        self.ended_usage.record(sb.usage());
         self.remember(id, reason);
         self.metrics.ended(reason);
         sb.clock.notify_one();

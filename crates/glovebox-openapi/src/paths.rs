@@ -139,7 +139,7 @@ pub const OPS: &[Op] = &[
                       16–262144; `disk_mb` 1–1048576; `pids` 8–65536.",
         body: Body::Json("CreateSandbox"),
         replies: &[reply(201, "The new sandbox.", Body::Json("Sandbox"))],
-        errors: &[400, 401, 404, 413, 415, 500, 503],
+        errors: &[400, 401, 404, 413, 415, 429, 500, 503],
         ..OP
     },
     Op {
@@ -228,6 +228,19 @@ pub const OPS: &[Op] = &[
         params: &[ID],
         replies: &[reply(200, "Current usage and limits.", Body::Json("SandboxMetrics"))],
         errors: SB,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/usage",
+        id: "getSandboxUsage",
+        tag: "tenants",
+        summary: "Metered use of a sandbox (running or ended)",
+        description: "CPU-seconds, memory GiB-seconds and peak, wall time and egress bytes. Kept after the \
+                      sandbox ended (`ended_at` set).",
+        params: &[ID],
+        replies: &[reply(200, "The sandbox's usage.", Body::Json("SandboxUsage"))],
+        errors: &[401, 404],
         ..OP
     },
     // --- commands ----------------------------------------------------------------------
@@ -463,6 +476,78 @@ pub const OPS: &[Op] = &[
         errors: SB_AGENT,
         ..OP
     },
+    // --- tenants -----------------------------------------------------------------------
+    Op {
+        method: "get",
+        path: "/v1/usage",
+        id: "getUsage",
+        tag: "tenants",
+        summary: "Usage totals per tenant",
+        description: "A tenant key sees its own tenant; the admin key sees every tenant, or one with `tenant`.",
+        params: &[query("tenant", Ty::Str, "One tenant (admin key only).")],
+        replies: &[reply(200, "Totals over running and ended sandboxes.", Body::Json("UsageReport"))],
+        errors: &[401, 403],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/keys",
+        id: "createKey",
+        tag: "tenants",
+        summary: "Create an API key for a tenant (admin key)",
+        description: "The plain key is in this answer only; the daemon keeps its SHA-256 digest.",
+        body: Body::Json("CreateKey"),
+        replies: &[reply(201, "The new key.", Body::Json("CreatedKey"))],
+        errors: &[400, 401, 403, 415],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/keys",
+        id: "listKeys",
+        tag: "tenants",
+        summary: "List API keys (admin key)",
+        replies: &[reply(200, "Every key, revoked ones included; never the keys themselves.", Body::Json("KeyList"))],
+        errors: &[401, 403],
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/keys/{kid}",
+        id: "revokeKey",
+        tag: "tenants",
+        summary: "Revoke an API key (admin key)",
+        description: "The key stops authenticating at once.",
+        params: &[path("kid", Ty::Str, "Key id (`id` of `ApiKeyInfo`).")],
+        replies: &[reply(200, "The revoked key.", Body::Json("ApiKeyInfo"))],
+        errors: &[401, 403, 404],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/tenants/{tenant}/quota",
+        id: "getQuota",
+        tag: "tenants",
+        summary: "A tenant's quotas",
+        description: "The admin key reads any tenant's; a tenant key its own.",
+        params: &[path("tenant", Ty::Str, "Tenant name.")],
+        replies: &[reply(200, "The quotas; absent fields are unlimited.", Body::Json("TenantQuota"))],
+        errors: &[401, 403],
+        ..OP
+    },
+    Op {
+        method: "put",
+        path: "/v1/tenants/{tenant}/quota",
+        id: "setQuota",
+        tag: "tenants",
+        summary: "Set a tenant's quotas (admin key)",
+        description: "Replaces all of the tenant's quotas. Creates beyond a quota fail with 429 `quota_exceeded`.",
+        params: &[path("tenant", Ty::Str, "Tenant name.")],
+        body: Body::Json("TenantQuota"),
+        replies: &[reply(200, "The quotas now in force.", Body::Json("TenantQuota"))],
+        errors: &[400, 401, 403, 415],
+        ..OP
+    },
     // --- the daemon --------------------------------------------------------------------
     Op {
         method: "get",
@@ -491,12 +576,13 @@ pub const OPS: &[Op] = &[
 pub const ERRORS: &[(u16, &str, &str)] = &[
     (400, "BadRequest", "`invalid_request` (malformed JSON, unknown field, value out of bounds: the message names it), or from the file API `invalid_path`, `not_a_directory`, `is_a_directory`, `spawn_failed`."),
     (401, "Unauthorized", "`unauthorized`: missing or wrong API key."),
-    (403, "Forbidden", "`permission_denied`: the sandbox's own permissions refuse the file operation."),
+    (403, "Forbidden", "`permission_denied`: the sandbox's own permissions refuse the file operation; or `forbidden`: the route needs the admin API key."),
     (404, "NotFound", "`sandbox_not_found`, `template_not_found`, `command_not_found`, `context_not_found`, `file_not_found` or `not_found`."),
     (409, "Conflict", "`conflict` (e.g. a command still running), `file_exists` or `directory_not_empty`."),
     (410, "Gone", "`sandbox_gone`: the sandbox ended; `reason` is `timeout`, `killed`, `oom`, `error` or `daemon_restart`."),
     (413, "PayloadTooLarge", "`invalid_request`: the JSON body is over 16 MiB (use the file API for more)."),
     (415, "UnsupportedMediaType", "`invalid_request`: the body is not `application/json`."),
+    (429, "TooManyRequests", "`quota_exceeded`: the tenant's quota (the message names it) would be exceeded."),
     (500, "InternalError", "`start_failed` or `internal`; details are in the daemon's log."),
     (502, "BadGateway", "`agent_error`: the sandbox's agent misbehaved or vanished mid-request."),
     (503, "Unavailable", "`unavailable`: a host resource the request needs is missing or used up."),

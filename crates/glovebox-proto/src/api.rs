@@ -516,3 +516,113 @@ mod tests {
         assert_eq!(n.network.mode, NetworkMode::DenyAll);
     }
 }
+
+/// `POST /v1/keys` (admin): a new API key for a tenant.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    /// Tenant the key belongs to (1–64 of `a-z0-9_-`); created on first use.
+    pub tenant: String,
+    /// A label for people (e.g. `ci`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// An API key as listed: never the key itself, only its first characters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ApiKeyInfo {
+    pub id: String,
+    pub tenant: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The key's first characters, to tell keys apart.
+    pub prefix: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<String>,
+}
+
+/// Answer to `POST /v1/keys`: the only time the plain key is shown.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CreatedKey {
+    pub key: String,
+    #[serde(flatten)]
+    pub info: ApiKeyInfo,
+}
+
+/// `GET /v1/keys`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct KeyList {
+    pub keys: Vec<ApiKeyInfo>,
+}
+
+/// A tenant's quotas (`PUT /v1/tenants/{tenant}/quota`); an absent field means no limit.
+/// Creates beyond a quota fail with 429 `quota_exceeded`, naming the limit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TenantQuota {
+    /// Sandboxes running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sandboxes: Option<u32>,
+    /// Sum of the memory limits of its running sandboxes, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mb: Option<u64>,
+    /// Sum of the CPU limits of its running sandboxes, cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpus: Option<f64>,
+    /// Sandbox creations (attempts) per rolling minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creates_per_minute: Option<u32>,
+}
+
+/// Metered use of one sandbox (`GET /v1/sandboxes/{id}/usage`), or the sum over a tenant's
+/// sandboxes (`GET /v1/usage`): the numbers a pay-per-use bill needs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Usage {
+    /// CPU time of everything in the sandbox(es), seconds.
+    pub cpu_seconds: f64,
+    /// Integral of memory in use over time, GiB·seconds.
+    pub memory_gib_seconds: f64,
+    /// Highest memory use seen (the largest of one sandbox for a sum), bytes.
+    pub memory_peak_bytes: u64,
+    /// Time from start to end (or now), seconds.
+    pub wall_seconds: f64,
+    pub egress_bytes_up: u64,
+    pub egress_bytes_down: u64,
+}
+
+/// One sandbox's metered use.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SandboxUsage {
+    pub sandbox_id: String,
+    pub tenant: String,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// `GET /v1/usage`: per tenant totals (the caller's own tenant; all tenants for the admin).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct UsageReport {
+    pub tenants: Vec<TenantUsage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TenantUsage {
+    pub tenant: String,
+    /// Sandboxes metered (running and ended).
+    pub sandboxes: u64,
+    #[serde(flatten)]
+    pub usage: Usage,
+}

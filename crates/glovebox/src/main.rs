@@ -4,6 +4,7 @@
 //! Exit codes (stable): the command's own code for `run` and `sandbox exec`; 124 when the
 //! command's time budget ran out; 125 when Glovebox itself failed (message on stderr).
 
+mod admin;
 mod client;
 mod embedded;
 mod mcp;
@@ -46,6 +47,18 @@ enum Cmd {
     /// Serve the Model Context Protocol on stdio: tools that run code in one sandbox kept
     /// for the session. Uses the daemon at $GLOVEBOX_URL if set, otherwise runs embedded.
     Mcp(mcp::McpArgs),
+    /// API keys of tenants (admin key).
+    #[command(subcommand)]
+    Keys(admin::KeysCmd),
+    /// Tenant quotas (admin key to set).
+    #[command(subcommand)]
+    Quota(admin::QuotaCmd),
+    /// Metered usage per tenant (CPU-seconds, memory GiB-seconds, wall time, egress).
+    Usage {
+        /// A tenant (admin key); default: the key's own tenant, or all for the admin.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -222,6 +235,9 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Sandbox(c) => sandbox(c).await,
         Cmd::Files(c) => files(c).await,
         Cmd::Mcp(a) => mcp::run(a).await,
+        Cmd::Keys(c) => admin::keys(c).await,
+        Cmd::Quota(c) => admin::quota(c).await,
+        Cmd::Usage { tenant } => admin::usage(tenant).await,
     }
 }
 

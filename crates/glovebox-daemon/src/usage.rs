@@ -1,0 +1,194 @@
+//! Usage metering: what each sandbox consumed, for bills and quotas.
+//!
+//! A [`Meter`] lives in each sandbox. CPU time is the sandbox cgroup's own counter (every
+//! process of the sandbox, commands and kernels included); memory is sampled (by the
+//! manager's sampler, every [`SAMPLE_EVERY`], and once more at the end) and integrated over
+//! time; the peak is the kernel's high-water mark where it keeps one, else the highest sample.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use glovebox_jail::cgroup::Stats;
+use glovebox_proto::api::{SandboxUsage, TenantUsage, Usage};
+
+use crate::util::rfc3339;
+
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+pub struct Meter {
+    cpu_base_usec: u64,
+    started: SystemTime,
+    started_mono: Instant,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    last: Option<(Instant, u64)>,
+    byte_seconds: f64,
+    peak: u64,
+    cpu_usec: u64,
+    ended: Option<(SystemTime, Instant)>,
+}
+
+impl Meter {
+    /// `cpu_base_usec`: the cgroup's CPU counter when the sandbox was handed out.
+    pub fn new(started: SystemTime, cpu_base_usec: u64) -> Meter {
+        Meter { cpu_base_usec, started, started_mono: Instant::now(), state: Mutex::new(State::default()) }
+    }
+
+    /// Folds in one reading of the sandbox's cgroup. Memory between two samples counts at
+    /// the mean of both (trapezoid), so short spikes between samples are not billed in full
+    /// and a steady sandbox is billed exactly.
+    pub fn sample(&self, st: &Stats) {
+        let now = Instant::now();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.ended.is_some() {
+            return;
+        }
+        let mem = st.memory_current_bytes;
+        if let Some((t, m)) = s.last {
+            s.byte_seconds += now.duration_since(t).as_secs_f64() * (m + mem) as f64 / 2.0;
+        }
+        s.last = Some((now, mem));
+        s.peak = s.peak.max(mem).max(st.memory_peak_bytes.unwrap_or(0));
+        s.cpu_usec = s.cpu_usec.max(st.cpu_usage_usec);
+    }
+
+    /// The last reading before the sandbox's processes are killed; the meter stops here.
+    pub fn finish(&self, st: Option<&Stats>) {
+        if let Some(st) = st {
+            self.sample(st);
+        }
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.ended.is_none() {
+            s.ended = Some((SystemTime::now(), Instant::now()));
+        }
+    }
+
+    pub fn report(&self, sandbox_id: &str, tenant: &str, egress: (u64, u64)) -> SandboxUsage {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let end_mono = s.ended.map(|e| e.1).unwrap_or_else(Instant::now);
+        SandboxUsage {
+            sandbox_id: sandbox_id.to_string(),
+            tenant: tenant.to_string(),
+            started_at: rfc3339(self.started),
+            ended_at: s.ended.map(|e| rfc3339(e.0)),
+            usage: Usage {
+                cpu_seconds: s.cpu_usec.saturating_sub(self.cpu_base_usec) as f64 / 1e6,
+                memory_gib_seconds: s.byte_seconds / (1u64 << 30) as f64,
+                memory_peak_bytes: s.peak,
+                wall_seconds: end_mono.duration_since(self.started_mono).as_secs_f64(),
+                egress_bytes_up: egress.0,
+                egress_bytes_down: egress.1,
+            },
+        }
+    }
+}
+
+/// Metered use of ended sandboxes: the most recent ones by id, and running totals per
+/// tenant that never forget. (The store keeps them across restarts.)
+#[derive(Default)]
+pub struct Ledger {
+    inner: Mutex<LedgerInner>,
+}
+
+#[derive(Default)]
+struct LedgerInner {
+    by_id: std::collections::HashMap<String, SandboxUsage>,
+    order: std::collections::VecDeque<String>,
+    totals: std::collections::BTreeMap<String, (u64, Usage)>,
+}
+
+const LEDGER_MEMORY: usize = 10_000;
+
+impl Ledger {
+    pub fn record(&self, u: SandboxUsage) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let t = g.totals.entry(u.tenant.clone()).or_default();
+        t.0 += 1;
+        add(&mut t.1, &u.usage);
+        if g.by_id.insert(u.sandbox_id.clone(), u.clone()).is_none() {
+            g.order.push_back(u.sandbox_id);
+        }
+        while g.order.len() > LEDGER_MEMORY {
+            if let Some(old) = g.order.pop_front() {
+                g.by_id.remove(&old);
+            }
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<SandboxUsage> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).by_id.get(id).cloned()
+    }
+
+    /// Totals per tenant (only `tenant` when given): ended sandboxes plus `live` ones.
+    pub fn report(&self, tenant: Option<&str>, live: &[SandboxUsage]) -> Vec<TenantUsage> {
+        let mut totals = self.inner.lock().unwrap_or_else(|p| p.into_inner()).totals.clone();
+        for u in live {
+            let t = totals.entry(u.tenant.clone()).or_default();
+            t.0 += 1;
+            add(&mut t.1, &u.usage);
+        }
+        if let Some(t) = tenant {
+            totals.entry(t.to_string()).or_default();
+        }
+        totals
+            .into_iter()
+            .filter(|(t, _)| match tenant {
+                Some(want) => want == t,
+                None => true,
+            })
+            .map(|(tenant, (sandboxes, usage))| TenantUsage { tenant, sandboxes, usage })
+            .collect()
+    }
+}
+
+/// Adds one sandbox's use to a total (peaks: the largest single sandbox's).
+pub fn add(total: &mut Usage, u: &Usage) {
+    total.cpu_seconds += u.cpu_seconds;
+    total.memory_gib_seconds += u.memory_gib_seconds;
+    total.memory_peak_bytes = total.memory_peak_bytes.max(u.memory_peak_bytes);
+    total.wall_seconds += u.wall_seconds;
+    total.egress_bytes_up += u.egress_bytes_up;
+    total.egress_bytes_down += u.egress_bytes_down;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(mem: u64, cpu: u64) -> Stats {
+        Stats { memory_current_bytes: mem, memory_peak_bytes: None, cpu_usage_usec: cpu, pids_current: 1, oom_kills: 0 }
+    }
+
+    #[test]
+    fn integrates_memory_and_keeps_cpu_and_peak() {
+        let m = Meter::new(SystemTime::now(), 0);
+        m.sample(&stats(1 << 30, 1_000_000));
+        std::thread::sleep(Duration::from_millis(200));
+        m.sample(&stats(1 << 30, 2_500_000));
+        m.finish(Some(&stats(1 << 29, 3_000_000)));
+        let r = m.report("s", "t", (10, 20));
+        let u = &r.usage;
+        assert!((u.cpu_seconds - 3.0).abs() < 1e-9);
+        // ≈0.2 s at 1 GiB, plus a few ms of the ramp down.
+        assert!(u.memory_gib_seconds > 0.19 && u.memory_gib_seconds < 0.3, "{}", u.memory_gib_seconds);
+        assert_eq!(u.memory_peak_bytes, 1 << 30);
+        assert!(u.wall_seconds >= 0.2);
+        assert_eq!((u.egress_bytes_up, u.egress_bytes_down), (10, 20));
+        assert!(r.ended_at.is_some());
+        // Finished meters do not move.
+        m.sample(&stats(4 << 30, 9_000_000));
+        assert_eq!(m.report("s", "t", (0, 0)).usage.cpu_seconds, 3.0);
+    }
+
+    #[test]
+    fn sums_take_the_largest_peak() {
+        let mut t = Usage::default();
+        add(&mut t, &Usage { cpu_seconds: 1.0, memory_peak_bytes: 5, ..Default::default() });
+        add(&mut t, &Usage { cpu_seconds: 2.0, memory_peak_bytes: 3, ..Default::default() });
+        assert_eq!(t.cpu_seconds, 3.0);
+        assert_eq!(t.memory_peak_bytes, 5);
+    }
+}
