@@ -320,6 +320,8 @@ impl Manager {
             tenants: Arc::new(crate::tenants::Tenants::new()),
             ended_usage: crate::usage::Ledger::default(),
         });
+        m.tenants.attach_store(m.store.clone())?;
+        m.ended_usage.attach(m.store.clone())?;
         m.reconcile();
         m.spawn_sampler();
         m.refill_pool();
@@ -457,7 +459,7 @@ impl Manager {
         if let Some(sb) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(id) {
             return Some(sb.tenant.clone());
         }
-        self.tenants.ended_owner(id)
+        self.tenants.ended_owner(id).or_else(|| self.ended_usage.get(id).map(|u| u.tenant))
     }
 
     /// Metered use of a sandbox, live or ended.

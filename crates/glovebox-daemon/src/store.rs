@@ -55,6 +55,24 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (sandbox_id, cmd_id)
     );
     CREATE INDEX commands_ended ON commands(ended_at);",
+    // 2: tenants' API keys (SHA-256 digests only), quotas, and metered usage of sandboxes.
+    "CREATE TABLE api_keys (
+        digest TEXT PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL,
+        info TEXT NOT NULL
+    );
+    CREATE TABLE quotas (
+        tenant TEXT PRIMARY KEY,
+        quota TEXT NOT NULL
+    );
+    CREATE TABLE usage (
+        sandbox_id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        ended_at INTEGER NOT NULL,
+        report TEXT NOT NULL
+    );
+    CREATE INDEX usage_tenant ON usage(tenant);",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +120,9 @@ pub struct SandboxConfig {
     pub idle_timeout_s: Option<u64>,
     #[serde(default)]
     pub preload: Option<String>,
+    /// The owning tenant (`default` when absent).
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// Lifecycle state as stored.
@@ -590,6 +611,7 @@ mod tests {
                 network: NetworkPolicy::default(),
                 idle_timeout_s: Some(30),
                 preload: None,
+                tenant: Some("acme".into()),
             },
             created_at: from_ms(1_000),
             deadline: from_ms(301_000),

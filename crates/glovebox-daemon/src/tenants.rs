@@ -400,3 +400,121 @@ mod tests {
         assert!(t.set_quota("c", TenantQuota { max_cpus: Some(f64::NAN), ..Default::default() }).is_err());
     }
 }
+
+// --- persistence in the daemon's SQLite store (migration 2) -------------------------------
+
+fn stored<T>(what: &str) -> impl FnOnce(T) -> Error + '_
+where
+    T: std::fmt::Display,
+{
+    move |e| Error::Internal(format!("store: {what}: {e}"))
+}
+
+impl KeyStore for crate::store::Store {
+    fn load(&self) -> Result<Saved> {
+        let rows = self
+            .with(|c| {
+                let mut keys = Vec::new();
+                let mut st = c.prepare("SELECT digest, info FROM api_keys")?;
+                let mut rows = st.query([])?;
+                while let Some(r) = rows.next()? {
+                    keys.push((r.get::<_, String>(0)?, r.get::<_, String>(1)?));
+                }
+                let mut quotas = Vec::new();
+                let mut st = c.prepare("SELECT tenant, quota FROM quotas")?;
+                let mut rows = st.query([])?;
+                while let Some(r) = rows.next()? {
+                    quotas.push((r.get::<_, String>(0)?, r.get::<_, String>(1)?));
+                }
+                Ok((keys, quotas))
+            })
+            .map_err(stored("load keys"))?;
+        let keys = rows
+            .0
+            .into_iter()
+            .map(|(d, j)| serde_json::from_str(&j).map(|k| (d, k)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stored("decode key"))?;
+        let quotas = rows
+            .1
+            .into_iter()
+            .map(|(t, j)| serde_json::from_str(&j).map(|q| (t, q)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(stored("decode quota"))?;
+        Ok(Saved { keys, quotas })
+    }
+
+    fn put_key(&self, digest_hex: &str, info: &ApiKeyInfo) -> Result<()> {
+        let j = serde_json::to_string(info).map_err(stored("encode key"))?;
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO api_keys (digest, id, tenant, info) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![digest_hex, info.id, info.tenant, j],
+            )
+        })
+        .map(drop)
+        .map_err(stored("save key"))
+    }
+
+    fn revoke_key(&self, id: &str, at: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE api_keys SET info = json_set(info, '$.revoked_at', ?2) WHERE id = ?1",
+                rusqlite::params![id, at],
+            )
+        })
+        .map(drop)
+        .map_err(stored("revoke key"))
+    }
+
+    fn put_quota(&self, tenant: &str, q: &TenantQuota) -> Result<()> {
+        let j = serde_json::to_string(q).map_err(stored("encode quota"))?;
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO quotas (tenant, quota) VALUES (?1, ?2) \
+                 ON CONFLICT(tenant) DO UPDATE SET quota = excluded.quota",
+                rusqlite::params![tenant, j],
+            )
+        })
+        .map(drop)
+        .map_err(stored("save quota"))
+    }
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_quotas_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let key;
+        {
+            let t = Tenants::new();
+            t.attach_store(Arc::new(crate::store::Store::open(dir.path()).unwrap())).unwrap();
+            let (k, info) = t.create_key("acme", None).unwrap();
+            key = k;
+            let (k2, info2) = t.create_key("acme", None).unwrap();
+            t.revoke_key(&info2.id).unwrap();
+            assert!(t.authenticate(&k2).is_none());
+            t.set_quota("acme", TenantQuota { max_sandboxes: Some(3), ..Default::default() }).unwrap();
+            t.set_quota("acme", TenantQuota { max_sandboxes: Some(4), ..Default::default() }).unwrap();
+            assert_eq!(t.authenticate(&key).unwrap().tenant, "acme");
+            let _ = info;
+        }
+        let t = Tenants::new();
+        let store = Arc::new(crate::store::Store::open(dir.path()).unwrap());
+        t.attach_store(store.clone()).unwrap();
+        assert_eq!(t.authenticate(&key), Some(Caller { tenant: "acme".into(), admin: false }));
+        let listed = t.list_keys();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed.iter().filter(|k| k.revoked_at.is_some()).count(), 1);
+        assert_eq!(t.quota("acme").max_sandboxes, Some(4));
+        // Nothing in the file is the key itself.
+        let raw = std::fs::read(dir.path().join("glovebox.db")).unwrap_or_default();
+        let wal = std::fs::read(dir.path().join("glovebox.db-wal")).unwrap_or_default();
+        for bytes in [raw, wal] {
+            assert!(!bytes.windows(key.len()).any(|w| w == key.as_bytes()), "plain key found in the store");
+        }
+    }
+}

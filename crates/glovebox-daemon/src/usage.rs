@@ -91,6 +91,7 @@ impl Meter {
 #[derive(Default)]
 pub struct Ledger {
     inner: Mutex<LedgerInner>,
+    store: std::sync::OnceLock<std::sync::Arc<crate::store::Store>>,
 }
 
 #[derive(Default)]
@@ -103,7 +104,65 @@ struct LedgerInner {
 const LEDGER_MEMORY: usize = 10_000;
 
 impl Ledger {
+    /// Loads the totals kept in `store` and writes every later record through to it.
+    pub fn attach(&self, store: std::sync::Arc<crate::store::Store>) -> crate::error::Result<()> {
+        let rows = store
+            .with(|c| {
+                let mut st = c.prepare("SELECT report FROM usage")?;
+                let mut rows = st.query([])?;
+                let mut v = Vec::new();
+                while let Some(r) = rows.next()? {
+                    v.push(r.get::<_, String>(0)?);
+                }
+                Ok(v)
+            })
+            .map_err(|e| crate::error::Error::Internal(format!("store: load usage: {e}")))?;
+        {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            for j in rows {
+                match serde_json::from_str::<SandboxUsage>(&j) {
+                    Ok(u) => {
+                        let t = g.totals.entry(u.tenant.clone()).or_default();
+                        t.0 += 1;
+                        add(&mut t.1, &u.usage);
+                    }
+                    Err(e) => tracing::warn!("skipping an unreadable usage record: {e}"),
+                }
+            }
+        }
+        let _ = self.store.set(store);
+        Ok(())
+    }
+
+    fn persist(&self, u: &SandboxUsage) {
+        let Some(store) = self.store.get() else { return };
+        let Ok(j) = serde_json::to_string(u) else { return };
+        let r = store.with(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO usage (sandbox_id, tenant, ended_at, report) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![u.sandbox_id, u.tenant, crate::store::ms(SystemTime::now()), j],
+            )
+        });
+        if let Err(e) = r {
+            tracing::error!(sandbox = %u.sandbox_id, "store usage: {e}");
+        }
+    }
+
+    /// A stored record (the sandbox ended, maybe under an earlier daemon).
+    fn stored(&self, id: &str) -> Option<SandboxUsage> {
+        let store = self.store.get()?;
+        let j: Option<String> = store
+            .with(|c| {
+                use rusqlite::OptionalExtension;
+                c.query_row("SELECT report FROM usage WHERE sandbox_id = ?1", [id], |r| r.get(0)).optional()
+            })
+            .ok()
+            .flatten();
+        j.and_then(|j| serde_json::from_str(&j).ok())
+    }
+
     pub fn record(&self, u: SandboxUsage) {
+        self.persist(&u);
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let t = g.totals.entry(u.tenant.clone()).or_default();
         t.0 += 1;
@@ -119,7 +178,8 @@ impl Ledger {
     }
 
     pub fn get(&self, id: &str) -> Option<SandboxUsage> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).by_id.get(id).cloned()
+        let hit = self.inner.lock().unwrap_or_else(|p| p.into_inner()).by_id.get(id).cloned();
+        hit.or_else(|| self.stored(id))
     }
 
     /// Totals per tenant (only `tenant` when given): ended sandboxes plus `live` ones.

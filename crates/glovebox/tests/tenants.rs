@@ -258,3 +258,30 @@ fn keys_cli_creates_lists_and_revokes() {
     assert_eq!((q["max_sandboxes"].as_u64(), q["max_memory_mb"].as_u64()), (Some(3), Some(1024)), "{q}");
     d.shutdown_and_check_leaks();
 }
+
+#[test]
+fn keys_quotas_and_usage_survive_a_restart() {
+    require_root!();
+    let d = Daemon::start();
+    let (k, _) = key_for(&d, "durable");
+    let (st, _) = d.send(d.req(Method::PUT, "/v1/tenants/durable/quota").json(&json!({"max_sandboxes": 1})));
+    assert_eq!(st, 200);
+    let (st, s) = create_as(&d, &k, sandbox_body(json!({})));
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    assert_eq!(as_key(&d, &k, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).0, 204);
+    let mut d = d;
+    d.crash();
+    let d = d.restart();
+    let (st, v) = as_key(&d, &k, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None);
+    assert_eq!(st, 200, "the key and the usage record outlive the daemon: {v}");
+    assert_eq!(v["tenant"], "durable");
+    let (_, q) = d.get("/v1/tenants/durable/quota");
+    assert_eq!(q["max_sandboxes"], 1, "{q}");
+    let (_, rep) = as_key(&d, &k, Method::GET, "/v1/usage", None);
+    assert_eq!(rep["tenants"][0]["sandboxes"], 1, "{rep}");
+    // Another tenant still cannot see the ended sandbox.
+    let (k2, _) = key_for(&d, "other");
+    assert_eq!(as_key(&d, &k2, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None).0, 404);
+    d.shutdown_and_check_leaks();
+}
