@@ -24,6 +24,7 @@ use serde::Deserialize;
 use crate::error::Error;
 use crate::manager::Manager;
 use crate::ops;
+use crate::secrets::handlers as secrets;
 use crate::tenants::Caller;
 use axum::Extension;
 
@@ -64,6 +65,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/stat", get(stat))
         .route("/sandboxes/{id}/files/mkdir", post(mkdir))
         .route("/sandboxes/{id}/files/rename", post(rename))
+        .route("/secrets", get(secrets::list).post(secrets::create))
+        .route("/secrets/{name}", get(secrets::show).put(secrets::put).delete(secrets::delete))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     let prom = Router::new()
@@ -209,6 +212,7 @@ impl From<Error> for ApiError {
             Error::NotFound { what: "template", .. } => (StatusCode::NOT_FOUND, "template_not_found"),
             Error::NotFound { what: "context", .. } => (StatusCode::NOT_FOUND, "context_not_found"),
             Error::NotFound { what: "command", .. } => (StatusCode::NOT_FOUND, "command_not_found"),
+            Error::NotFound { what: "secret", .. } => (StatusCode::NOT_FOUND, "secret_not_found"),
             Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Error::Gone { reason, .. } => {
                 let mut a = ApiError::new(StatusCode::GONE, "sandbox_gone", msg);

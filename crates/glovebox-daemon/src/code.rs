@@ -265,7 +265,7 @@ impl Kernel {
         let mut req = serde_json::json!({ "id": req_id, "code": code });
         let mut cell_env = std::collections::BTreeMap::new();
         if !st.env_applied {
-            cell_env.extend(sb.env.clone());
+            cell_env.extend(sb.base_env());
             st.env_applied = true;
         }
         cell_env.extend(env.clone());

@@ -8,6 +8,9 @@
 //!   the TLS ClientHello's SNI or the HTTP Host header, and connects upstream only if the name
 //!   is allowed for that port AND the original destination is an address DNS gave this
 //!   sandbox for that name (no domain fronting), and the address is not denied.
+//! - A connection to a name whose rule injects headers (credential brokering) is handed to
+//!   `broker` over TLS only; plain HTTP to such a name is refused, so a credential never
+//!   crosses the network in clear text.
 //! - Every DNS query and connection attempt is recorded (bounded ring).
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -18,6 +21,8 @@ use std::time::{Duration, SystemTime};
 use glovebox_proto::api::EgressEntry;
 use glovebox_proto::policy::{Policy, ALWAYS_DENIED};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::secrets::SecretStore;
 
 /// Port the proxy listens on, on the host end of each sandbox's link.
 pub const PROXY_PORT: u16 = 15001;
@@ -35,6 +40,11 @@ pub struct Egress {
     /// ring forgets old entries, these totals do not).
     pub bytes_up: std::sync::atomic::AtomicU64,
     pub bytes_down: std::sync::atomic::AtomicU64,
+    /// Where brokered headers' `${secret:NAME}` come from, and whose secrets they are.
+    secrets: Arc<SecretStore>,
+    owner: String,
+    /// The sandbox's CA, made when a policy first brokers.
+    ca: Mutex<Option<Arc<crate::broker::Ca>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -42,7 +52,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Egress {
-    pub fn new(policy: Policy) -> Arc<Egress> {
+    pub fn new(policy: Policy, secrets: Arc<SecretStore>, owner: &str) -> Arc<Egress> {
         Arc::new(Egress {
             policy: RwLock::new(policy),
             resolved: Mutex::new(HashMap::new()),
@@ -50,7 +60,31 @@ impl Egress {
             conns: Mutex::new(Vec::new()),
             bytes_up: Default::default(),
             bytes_down: Default::default(),
+            secrets,
+            owner: owner.to_string(),
+            ca: Mutex::new(None),
         })
+    }
+
+    /// The sandbox's CA, made on first call (`label` names it). Returns it and whether it is new.
+    pub fn ensure_ca(&self, label: &str) -> Result<(Arc<crate::broker::Ca>, bool), crate::broker::BrokerError> {
+        let mut ca = lock(&self.ca);
+        if let Some(c) = ca.as_ref() {
+            return Ok((c.clone(), false));
+        }
+        let c = Arc::new(crate::broker::Ca::new(label)?);
+        *ca = Some(c.clone());
+        Ok((c, true))
+    }
+
+    /// Checks that every secret `p` references exists (for a clear 400 at create/update).
+    pub fn check_secrets(secrets: &SecretStore, owner: &str, p: &Policy) -> Result<(), String> {
+        for n in p.secret_refs() {
+            if secrets.get(owner, &n).is_none() {
+                return Err(format!("network.allow: secret {n:?} does not exist (create it with PUT /v1/secrets/{n})"));
+            }
+        }
+        Ok(())
     }
 
     fn policy(&self) -> Policy {
@@ -106,6 +140,7 @@ fn entry(kind: &str, name: &str, ip: Option<Ipv4Addr>, port: u16, allowed: bool,
         reason: reason.into(),
         bytes_up: 0,
         bytes_down: 0,
+        injected_headers: Vec::new(),
     }
 }
 
@@ -302,6 +337,7 @@ async fn proxy_one(mut conn: tokio::net::TcpStream, eg: Arc<Egress>) {
     let (ip, port) = (*dst.ip(), dst.port());
     let mut head = vec![0u8; PEEK_MAX];
     let mut n = 0;
+    let mut tls = false;
     let name = loop {
         let r = tokio::time::timeout(PEEK_TIMEOUT, conn.read(&mut head[n..])).await;
         match r {
@@ -311,7 +347,11 @@ async fn proxy_one(mut conn: tokio::net::TcpStream, eg: Arc<Egress>) {
             }
             Ok(Ok(k)) => n += k,
         }
-        if let Some(h) = sni(&head[..n]).or_else(|| http_host(&head[..n])) {
+        if let Some(h) = sni(&head[..n]) {
+            tls = true;
+            break h;
+        }
+        if let Some(h) = http_host(&head[..n]) {
             break h;
         }
         if n >= PEEK_MAX {
@@ -334,6 +374,9 @@ async fn proxy_one(mut conn: tokio::net::TcpStream, eg: Arc<Egress>) {
     if let Err(why) = verdict {
         eg.record(entry("tcp", &name, Some(ip), port, false, why));
         return;
+    }
+    if let Some(rule) = pol.broker(&name, port) {
+        return brokered(conn, head[..n].to_vec(), dst, name, tls, rule.clone(), eg).await;
     }
     let Ok(Ok(mut up)) = tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(dst)).await
     else {
@@ -362,6 +405,70 @@ async fn proxy_one(mut conn: tokio::net::TcpStream, eg: Arc<Egress>) {
         Err(_) => e.reason = "closed by a policy change".into(),
     }
     drop(rx);
+    eg.record(e);
+}
+
+/// A connection to a brokered name: TLS terminated and re-originated by `broker`, with the
+/// rule's headers (secrets filled in now, so a rotated secret applies to new connections).
+async fn brokered(
+    conn: tokio::net::TcpStream,
+    head: Vec<u8>,
+    dst: SocketAddrV4,
+    name: String,
+    tls: bool,
+    rule: glovebox_proto::policy::DomainRule,
+    eg: Arc<Egress>,
+) {
+    let (ip, port) = (*dst.ip(), dst.port());
+    let rule_name = format!("rule {}", rule.name);
+    let deny = |why: String| {
+        let mut e = entry("tcp", &name, Some(ip), port, false, &why);
+        e.injected_headers = rule.inject.iter().map(|h| h.name.clone()).collect();
+        eg.record(e);
+    };
+    if !tls {
+        deny(format!("{rule_name} brokers credentials: plain HTTP refused (use HTTPS)"));
+        return;
+    }
+    let Some(ca) = lock(&eg.ca).clone() else {
+        deny(format!("{rule_name}: the sandbox has no CA yet"));
+        return;
+    };
+    let mut headers = Vec::new();
+    for h in &rule.inject {
+        let v = match h.render(|n| eg.secrets.get(&eg.owner, n).map(|v| v.expose().to_string())) {
+            Ok(v) => v,
+            Err(why) => return deny(format!("{rule_name}: {why}")),
+        };
+        let (Ok(k), Ok(mut v)) =
+            (hyper::header::HeaderName::from_bytes(h.name.as_bytes()), hyper::header::HeaderValue::from_str(&v))
+        else {
+            return deny(format!("{rule_name}: header {} is not valid HTTP", h.name));
+        };
+        v.set_sensitive(true);
+        headers.push((k, v));
+    }
+    let names: Vec<String> = rule.inject.iter().map(|h| h.name.clone()).collect();
+    let task = tokio::spawn(crate::broker::serve(conn, head, dst, name.clone(), headers, ca));
+    lock(&eg.conns).push((name.clone(), port, task.abort_handle()));
+    let mut e = entry("tcp", &name, Some(ip), port, true, "");
+    e.injected_headers = names;
+    match task.await {
+        Ok(Ok(s)) => {
+            e.bytes_up = s.bytes_up;
+            e.bytes_down = s.bytes_down;
+            e.reason = format!(
+                "brokered by {rule_name}: TLS terminated, {} request(s) with injected headers{}",
+                s.requests,
+                if s.refused > 0 { format!(", {} refused (Host is another name)", s.refused) } else { String::new() }
+            );
+        }
+        Ok(Err(err)) => {
+            e.allowed = false;
+            e.reason = format!("{rule_name}: {err}");
+        }
+        Err(_) => e.reason = format!("brokered by {rule_name}: closed by a policy change"),
+    }
     eg.record(e);
 }
 

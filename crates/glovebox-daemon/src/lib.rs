@@ -3,6 +3,7 @@
 //! embeds it (`glovebox run` without a daemon).
 
 pub mod api;
+pub mod broker;
 pub mod code;
 pub mod egress;
 pub mod error;
@@ -10,6 +11,7 @@ pub mod manager;
 pub mod metrics;
 pub mod net;
 pub mod ops;
+pub mod secrets;
 pub mod server;
 pub mod slots;
 pub mod store;

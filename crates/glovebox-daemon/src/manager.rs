@@ -113,6 +113,8 @@ pub struct Manager {
     pub tenants: Arc<crate::tenants::Tenants>,
     /// Metered use of ended sandboxes (see `usage`).
     pub ended_usage: crate::usage::Ledger,
+    /// Host-side secrets that brokered headers reference (values never leave the daemon).
+    pub secrets: Arc<crate::secrets::SecretStore>,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -175,6 +177,8 @@ pub struct Sb {
     dns_stop: Arc<Notify>,
     /// Name-based egress state: resolver, proxy, audit.
     pub egress: Arc<crate::egress::Egress>,
+    /// Environment the trust store adds to every command once the sandbox has a CA.
+    trust_env: Mutex<BTreeMap<String, String>>,
     pub pid: i32,
     /// A pidfd of the agent (PID 1): signals and waits cannot hit a recycled pid.
     pidfd: Option<std::os::fd::OwnedFd>,
@@ -196,6 +200,14 @@ pub struct Sb {
 }
 
 impl Sb {
+    /// The environment every command starts with: the create request's, plus the CA bundle
+    /// variables once brokering installed the sandbox's CA.
+    pub fn base_env(&self) -> BTreeMap<String, String> {
+        let mut e = lock(&self.trust_env).clone();
+        e.extend(self.env.clone());
+        e
+    }
+
     pub fn target(&self) -> crate::code::Target<'_> {
         crate::code::Target { id: &self.id, socket: &self.socket }
     }
@@ -306,7 +318,6 @@ impl Manager {
         // Orphans reparent to us, so the agents we start stay our children to reap.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         let m = Arc::new(Manager {
-            cfg,
             cgroups,
             slots,
             skel,
@@ -319,6 +330,10 @@ impl Manager {
             store: Arc::new(store),
             tenants: Arc::new(crate::tenants::Tenants::new()),
             ended_usage: crate::usage::Ledger::default(),
+            secrets: Arc::new(
+                crate::secrets::SecretStore::open(&cfg.data_dir).map_err(|e| Error::Internal(e.to_string()))?,
+            ),
+            cfg,
         });
         m.tenants.attach_store(m.store.clone())?;
         m.ended_usage.attach(m.store.clone())?;
@@ -568,6 +583,7 @@ impl Manager {
         let template = req.template.clone().unwrap_or_else(|| "base".to_string());
         let tpl = self.template(&template)?;
         let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
+        crate::egress::Egress::check_secrets(&self.secrets, tenant, &policy).map_err(Error::Invalid)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
         if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
             return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
@@ -602,9 +618,10 @@ impl Manager {
             limits,
             metadata: req.metadata,
             env: req.env,
-            network: Mutex::new((req.network.clone(), false)),
+            network: Mutex::new((req.network.redacted(), false)),
             dns_stop: Arc::new(Notify::new()),
-            egress: crate::egress::Egress::new(policy.clone()),
+            egress: crate::egress::Egress::new(policy.clone(), self.secrets.clone(), tenant),
+            trust_env: Mutex::new(BTreeMap::new()),
             pid: booted.pid,
             pidfd: booted.pidfd,
             socket: booted.socket,
@@ -623,7 +640,11 @@ impl Manager {
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
         self.watch(sb.clone());
         if policy.needs_link() {
-            if let Err(e) = self.link(&sb, &policy).await {
+            let r = match self.prepare(&sb, &policy).await {
+                Ok(()) => self.link(&sb, &policy).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
                 self.destroy(&sb.id, EndReason::Error).await;
                 return Err(e);
             }
@@ -878,20 +899,39 @@ impl Manager {
         lock(&sb.network).1 = true;
         let (host, _) = crate::net::link_addrs(slot);
         let resolv = format!("nameserver {host}\noptions timeout:2 attempts:2\n");
-        let (mut r, mut w) = sb.connect().await?;
-        w.json(&glovebox_proto::agent::Request::WriteFile {
-            path: "/etc/resolv.conf".into(),
-            mode: Some(0o644),
-            parents: true,
-        })
-        .await?;
-        w.data(glovebox_proto::frame::Kind::Data, resolv.as_bytes()).await?;
-        w.json(&glovebox_proto::agent::Request::EndData).await?;
-        match r.json::<glovebox_proto::agent::Reply>().await? {
-            glovebox_proto::agent::Reply::FileInfo(_) => {}
-            other => return Err(Error::Agent(format!("write resolv.conf: {other:?}"))),
-        }
+        write_file(sb, "/etc/resolv.conf", resolv.as_bytes()).await?;
         crate::net::spawn_services(slot, sb.egress.clone(), sb.dns_stop.clone())?;
+        Ok(())
+    }
+
+    /// Gives the sandbox its CA (first brokering policy): the CA certificate goes into its
+    /// system bundle (the host's bundle plus the CA) and `/etc/glovebox/sandbox-ca.pem`, and
+    /// commands get the variables Python, Node and curl read. The CA key stays here.
+    async fn install_ca(&self, sb: &Arc<Sb>) -> Result<()> {
+        let (ca, new) = sb.egress.ensure_ca(&sb.id).map_err(|e| Error::Internal(format!("sandbox CA: {e}")))?;
+        if !new {
+            return Ok(());
+        }
+        let mut bundle = fs::read(crate::broker::SYSTEM_BUNDLE).unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.cert_pem().as_bytes());
+        write_file(sb, crate::broker::SYSTEM_BUNDLE, &bundle).await?;
+        write_file(sb, SANDBOX_CA, ca.cert_pem().as_bytes()).await?;
+        let mut env = lock(&sb.trust_env);
+        for k in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"] {
+            env.insert(k.into(), crate::broker::SYSTEM_BUNDLE.into());
+        }
+        env.insert("NODE_EXTRA_CA_CERTS".into(), SANDBOX_CA.into());
+        Ok(())
+    }
+
+    /// Sets up what a policy needs beyond the link (the CA for brokering).
+    async fn prepare(&self, sb: &Arc<Sb>, policy: &glovebox_proto::policy::Policy) -> Result<()> {
+        if policy.brokers() {
+            self.install_ca(sb).await?;
+        }
         Ok(())
     }
 
@@ -900,6 +940,8 @@ impl Manager {
     pub async fn set_network(&self, id: &str, np: NetworkPolicy) -> Result<Arc<Sb>> {
         let sb = self.get(id)?;
         let policy = glovebox_proto::policy::parse(&np).map_err(Error::Invalid)?;
+        crate::egress::Egress::check_secrets(&self.secrets, &sb.tenant, &policy).map_err(Error::Invalid)?;
+        self.prepare(&sb, &policy).await?;
         let linked = lock(&sb.network).1;
         if !linked {
             if policy.needs_link() {
@@ -912,7 +954,7 @@ impl Manager {
                 .map_err(|e| Error::Internal(format!("network task: {e}")))??;
         }
         sb.egress.set_policy(policy);
-        lock(&sb.network).0 = np;
+        lock(&sb.network).0 = np.redacted();
         Ok(sb)
     }
 
@@ -1063,4 +1105,21 @@ fn kill_and_release(
 /// Maps an agent `Reply::Error` to the manager's error.
 pub fn reply_error(code: ap::ErrorCode, message: String) -> Error {
     Error::File { code, message }
+}
+
+/// The sandbox CA certificate alone (for `NODE_EXTRA_CA_CERTS`, which adds to Node's roots).
+pub const SANDBOX_CA: &str = "/etc/glovebox/sandbox-ca.pem";
+
+/// Writes `body` to `path` inside the sandbox, through its agent (0644, parents made).
+async fn write_file(sb: &Sb, path: &str, body: &[u8]) -> Result<()> {
+    let (mut r, mut w) = sb.connect().await?;
+    w.json(&glovebox_proto::agent::Request::WriteFile { path: path.into(), mode: Some(0o644), parents: true }).await?;
+    for chunk in body.chunks(64 * 1024) {
+        w.data(glovebox_proto::frame::Kind::Data, chunk).await?;
+    }
+    w.json(&glovebox_proto::agent::Request::EndData).await?;
+    match r.json::<glovebox_proto::agent::Reply>().await? {
+        glovebox_proto::agent::Reply::FileInfo(_) => Ok(()),
+        other => Err(Error::Agent(format!("write {path}: {other:?}"))),
+    }
 }

@@ -50,7 +50,7 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
         ap::Command::Shell(s) if s.trim().is_empty() => return Err(Error::Invalid("cmd must not be empty".into())),
         _ => {}
     }
-    let mut env = sb.env.clone();
+    let mut env = sb.base_env();
     env.extend(req.env.clone());
     Ok((
         ExecSpec {

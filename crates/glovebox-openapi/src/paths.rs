@@ -58,6 +58,7 @@ const fn query(name: &'static str, ty: Ty, description: &'static str) -> Param {
 }
 
 const ID: Param = path("id", Ty::Str, "Sandbox id.");
+const SECRET: Param = path("name", Ty::Str, "Secret name.");
 const CMD_ID: Param = path("cid", Ty::U64, "Command id (`id` of `Started` or `ExecResult`).");
 const CTX_ID: Param = path("cid", Ty::Str, "Context id (`id` of `Context`).");
 const FILE_PATH: Param = Param {
@@ -216,6 +217,73 @@ pub const OPS: &[Op] = &[
         params: &[ID],
         replies: &[reply(200, "Recent egress attempts, allowed and denied.", Body::Json("EgressLog"))],
         errors: SB,
+        ..OP
+    },
+    // --- secrets -----------------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/secrets",
+        id: "createSecret",
+        tag: "secrets",
+        summary: "Create or replace a secret",
+        description: "`name`: 1–64 of `A-Z a-z 0-9 _ . -`, starting with a letter or `_`; `value`: 1–8192 \
+                      bytes without control characters. Policies reference it as `${secret:NAME}` in \
+                      `inject_headers`. The value is never returned.",
+        body: Body::Json("PutSecret"),
+        replies: &[
+            reply(201, "Created (metadata only).", Body::Json("SecretInfo")),
+            reply(200, "Replaced (metadata only).", Body::Json("SecretInfo")),
+        ],
+        errors: &[400, 401, 409, 413, 415, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/secrets",
+        id: "listSecrets",
+        tag: "secrets",
+        summary: "List secrets (names and dates, never values)",
+        replies: &[reply(200, "The secrets, by name.", Body::Json("SecretList"))],
+        errors: &[401, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/secrets/{name}",
+        id: "getSecret",
+        tag: "secrets",
+        summary: "A secret's metadata (never its value)",
+        params: &[SECRET],
+        replies: &[reply(200, "Name and dates.", Body::Json("SecretInfo"))],
+        errors: &[400, 401, 404, 500],
+        ..OP
+    },
+    Op {
+        method: "put",
+        path: "/v1/secrets/{name}",
+        id: "putSecret",
+        tag: "secrets",
+        summary: "Create or replace a secret by name",
+        description: "New connections of brokering sandboxes use the new value.",
+        params: &[SECRET],
+        body: Body::Json("PutSecret"),
+        replies: &[
+            reply(201, "Created (metadata only).", Body::Json("SecretInfo")),
+            reply(200, "Replaced (metadata only).", Body::Json("SecretInfo")),
+        ],
+        errors: &[400, 401, 409, 413, 415, 500],
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/secrets/{name}",
+        id: "deleteSecret",
+        tag: "secrets",
+        summary: "Delete a secret",
+        description: "Brokered connections opened afterwards that reference it are refused (audited).",
+        params: &[SECRET],
+        replies: &[reply(204, "Deleted.", Body::None)],
+        errors: &[400, 401, 404, 500],
         ..OP
     },
     Op {

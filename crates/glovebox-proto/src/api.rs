@@ -79,9 +79,67 @@ pub struct NetworkPolicy {
     #[serde(default)]
     pub mode: NetworkMode,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allow: Vec<String>,
+    pub allow: Vec<AllowRule>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<String>,
+}
+
+/// One allow rule: a string (`198.51.100.0/24:443`, `api.example.com`, `*.example.com:8443`),
+/// or a domain rule object that may carry headers the proxy injects into every HTTPS request
+/// to that domain (credential brokering; see docs/network.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(untagged)]
+pub enum AllowRule {
+    Rule(String),
+    Domain(DomainAllow),
+}
+
+impl From<&str> for AllowRule {
+    fn from(s: &str) -> AllowRule {
+        AllowRule::Rule(s.to_string())
+    }
+}
+
+impl From<String> for AllowRule {
+    fn from(s: String) -> AllowRule {
+        AllowRule::Rule(s)
+    }
+}
+
+/// A domain allow rule with brokered headers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DomainAllow {
+    /// An exact name, optionally with ports (`api.example.com:443,8443`; default 80 and 443).
+    pub domain: String,
+    /// Headers set (replacing any the client sent) on every request to the domain. A value may
+    /// reference host-side secrets as `${secret:NAME}` (`"Bearer ${secret:openai}"`); values are
+    /// never returned by the API (a value without a reference is shown as `<redacted>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inject_headers: BTreeMap<String, String>,
+}
+
+/// What the API shows for a header value that holds no secret reference.
+pub const REDACTED: &str = "<redacted>";
+
+impl NetworkPolicy {
+    /// The policy as the API may show it: literal header values (which can be credentials)
+    /// replaced by `<redacted>`; `${secret:NAME}` references shown as written.
+    pub fn redacted(&self) -> NetworkPolicy {
+        let mut p = self.clone();
+        for r in &mut p.allow {
+            if let AllowRule::Domain(d) = r {
+                for v in d.inject_headers.values_mut() {
+                    if !v.contains("${secret:") {
+                        *v = REDACTED.to_string();
+                    }
+                }
+            }
+        }
+        p
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -494,12 +552,48 @@ pub struct EgressEntry {
     pub reason: String,
     pub bytes_up: u64,
     pub bytes_down: u64,
+    /// Brokered connections: the names (never the values) of the headers injected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub injected_headers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EgressLog {
     pub entries: Vec<EgressEntry>,
+}
+
+/// `POST /v1/secrets` (`name` + `value`) and `PUT /v1/secrets/{name}` (`value` only). The value
+/// is write-only: no API returns it.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PutSecret {
+    /// Required by `POST /v1/secrets`; in `PUT` it must match the path if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub value: String,
+}
+
+impl std::fmt::Debug for PutSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PutSecret").field("name", &self.name).field("value", &REDACTED).finish()
+    }
+}
+
+/// What the API tells about a secret: never its value.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SecretInfo {
+    pub name: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SecretList {
+    pub secrets: Vec<SecretInfo>,
 }
 
 #[cfg(test)]
@@ -514,6 +608,22 @@ mod tests {
         assert_eq!(c.resources.memory_mb, Some(64));
         let n: CreateSandbox = serde_json::from_str(r#"{"network":{"mode":"deny-all"}}"#).unwrap();
         assert_eq!(n.network.mode, NetworkMode::DenyAll);
+    }
+
+    #[test]
+    fn allow_rules_are_strings_or_domain_objects() {
+        let p: NetworkPolicy = serde_json::from_str(
+            r#"{"mode":"allow-list","allow":["203.0.113.0/24",{"domain":"api.good.test","inject_headers":{"Authorization":"Bearer ${secret:tok}","X-Key":"literal"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.allow[0], AllowRule::from("203.0.113.0/24"));
+        let AllowRule::Domain(d) = &p.allow[1] else { panic!("{p:?}") };
+        assert_eq!(d.domain, "api.good.test");
+        let shown = serde_json::to_string(&p.redacted()).unwrap();
+        assert!(shown.contains("Bearer ${secret:tok}") && !shown.contains("literal"), "{shown}");
+        assert!(serde_json::from_str::<NetworkPolicy>(r#"{"allow":[{"domain":"a.test","nope":1}]}"#).is_err());
+        let s = PutSecret { name: None, value: "hunter2".into() };
+        assert!(!format!("{s:?}").contains("hunter2"));
     }
 }
 

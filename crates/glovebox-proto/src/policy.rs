@@ -5,7 +5,7 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use crate::api::{NetworkMode, NetworkPolicy};
+use crate::api::{AllowRule, NetworkMode, NetworkPolicy};
 
 /// An IPv4 network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,107 @@ pub struct DomainRule {
     pub wildcard: bool,
     /// Empty: 80 and 443.
     pub ports: Vec<u16>,
+    /// Headers the proxy sets on every request to this (exact) name: credential brokering.
+    pub inject: Vec<Header>,
+}
+
+/// One part of a brokered header value.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Part {
+    Lit(String),
+    /// A secret of the host-side store, by name.
+    Secret(String),
+}
+
+/// A brokered header: lower-case name and its value template. `Debug` shows no values.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Header {
+    pub name: String,
+    pub value: Vec<Part>,
+}
+
+impl fmt::Debug for Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Header({}: <{} parts>)", self.name, self.value.len())
+    }
+}
+
+impl Header {
+    /// The value with secrets filled in by `lookup` (None if a secret is missing: the error
+    /// names it).
+    pub fn render(&self, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+        let mut out = String::new();
+        for p in &self.value {
+            match p {
+                Part::Lit(s) => out.push_str(s),
+                Part::Secret(n) => out.push_str(&lookup(n).ok_or_else(|| format!("secret {n:?} does not exist"))?),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Headers a broker may not set: they frame or route the request, so injecting them would
+/// let a policy break HTTP rather than add a credential.
+const UNBROKERABLE: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "expect",
+    "proxy-connection",
+];
+
+/// Secret names: `[A-Za-z0-9_.-]`, 1..=64, starting with a letter or `_`.
+pub fn valid_secret_name(n: &str) -> bool {
+    n.len() <= 64
+        && n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Whether `v` may be (part of) an HTTP header value: no control characters but tab.
+pub fn valid_header_value(v: &str) -> bool {
+    v.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+fn parse_header(name: &str, value: &str) -> Result<Header, String> {
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || name.len() > 128 || !name.chars().all(tchar) {
+        return Err(format!("{name:?} is not a valid header name"));
+    }
+    let lower = name.to_ascii_lowercase();
+    if UNBROKERABLE.contains(&lower.as_str()) || lower.starts_with("proxy-") {
+        return Err(format!("header {name:?} cannot be injected (it frames or routes the request)"));
+    }
+    if value.len() > 8192 {
+        return Err(format!("value of header {name:?} is over 8 KiB"));
+    }
+    let mut parts = Vec::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${secret:") {
+        if i > 0 {
+            parts.push(Part::Lit(rest[..i].to_string()));
+        }
+        let after = &rest[i + "${secret:".len()..];
+        let end = after.find('}').ok_or_else(|| format!("header {name:?}: unterminated ${{secret:…}} reference"))?;
+        let sname = &after[..end];
+        if !valid_secret_name(sname) {
+            return Err(format!("header {name:?}: {sname:?} is not a valid secret name"));
+        }
+        parts.push(Part::Secret(sname.to_string()));
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Lit(rest.to_string()));
+    }
+    if parts.iter().any(|p| matches!(p, Part::Lit(l) if !valid_header_value(l))) {
+        return Err(format!("value of header {name:?} has control characters (CR, LF, NUL, …)"));
+    }
+    Ok(Header { name: lower, value: parts })
 }
 
 impl DomainRule {
@@ -141,6 +242,36 @@ impl Policy {
             }
         }
         v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The brokering rule for a connection to `name` on `port`, if any (exact names only).
+    pub fn broker(&self, name: &str, port: u16) -> Option<&DomainRule> {
+        if self.mode != NetworkMode::AllowList {
+            return None;
+        }
+        self.domains.iter().find(|d| !d.inject.is_empty() && d.matches(name) && d.allows_port(port))
+    }
+
+    /// Whether any rule brokers credentials (the sandbox then needs its CA).
+    pub fn brokers(&self) -> bool {
+        self.domains.iter().any(|d| !d.inject.is_empty())
+    }
+
+    /// Names of the secrets the policy references.
+    pub fn secret_refs(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .domains
+            .iter()
+            .flat_map(|d| &d.inject)
+            .flat_map(|h| &h.value)
+            .filter_map(|p| match p {
+                Part::Secret(n) => Some(n.clone()),
+                Part::Lit(_) => None,
+            })
+            .collect();
+        v.sort();
         v.dedup();
         v
     }
@@ -244,7 +375,7 @@ fn parse_domain(s: &str) -> Result<DomainRule, String> {
         return Err(format!("{s:?} is not a valid domain (use name.tld or *.name.tld)"));
     }
     let out = parse_ports(ports, s)?;
-    Ok(DomainRule { name, wildcard, ports: out })
+    Ok(DomainRule { name, wildcard, ports: out, inject: Vec::new() })
 }
 
 /// Checks a policy; the error names the rule and the problem.
@@ -255,10 +386,52 @@ pub fn parse(p: &NetworkPolicy) -> Result<Policy, String> {
     let mut domains = Vec::new();
     let mut allow = Vec::new();
     for r in &p.allow {
-        if looks_like_domain(r) {
-            domains.push(parse_domain(r).map_err(|e| format!("network.allow: {e}"))?);
-        } else {
-            allow.push(parse_rule(r).map_err(|e| format!("network.allow: {e}"))?);
+        match r {
+            AllowRule::Rule(r) if looks_like_domain(r) => {
+                domains.push(parse_domain(r).map_err(|e| format!("network.allow: {e}"))?)
+            }
+            AllowRule::Rule(r) => allow.push(parse_rule(r).map_err(|e| format!("network.allow: {e}"))?),
+            AllowRule::Domain(d) => {
+                let e = |m: String| format!("network.allow: {:?}: {m}", d.domain);
+                if !looks_like_domain(&d.domain) {
+                    return Err(e("\"domain\" takes a name (CIDR rules are strings)".into()));
+                }
+                let mut rule = parse_domain(&d.domain).map_err(|m| format!("network.allow: {m}"))?;
+                if d.inject_headers.len() > 32 {
+                    return Err(e("at most 32 inject_headers".into()));
+                }
+                if rule.wildcard && !d.inject_headers.is_empty() {
+                    return Err(e(
+                        "inject_headers needs an exact domain (a wildcard would send the credential to every subdomain)"
+                            .into(),
+                    ));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                for (k, v) in &d.inject_headers {
+                    let h = parse_header(k, v).map_err(e)?;
+                    if !seen.insert(h.name.clone()) {
+                        return Err(e(format!("header {k:?} is given twice (names are case-insensitive)")));
+                    }
+                    rule.inject.push(h);
+                }
+                domains.push(rule);
+            }
+        }
+    }
+    // A brokered name must be brokered one way only: another rule for the same exact name
+    // (with other headers, or none) would make which headers apply depend on rule order.
+    for (i, a) in domains.iter().enumerate() {
+        for b in &domains[i + 1..] {
+            let same = !a.wildcard && !b.wildcard && a.name == b.name;
+            let overlap_ports = a.ports.is_empty() && b.ports.is_empty()
+                || a.ports.iter().any(|p| b.allows_port(*p))
+                || b.ports.iter().any(|p| a.allows_port(*p));
+            if same && overlap_ports && (!a.inject.is_empty() || !b.inject.is_empty()) {
+                return Err(format!(
+                    "network.allow: {:?} has more than one rule and one of them injects headers (merge them)",
+                    a.name
+                ));
+            }
         }
     }
     let deny = p
@@ -300,7 +473,7 @@ mod tests {
     fn pol(mode: NetworkMode, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
         NetworkPolicy {
             mode,
-            allow: allow.iter().map(|s| s.to_string()).collect(),
+            allow: allow.iter().map(|s| AllowRule::from(*s)).collect(),
             deny: deny.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -363,17 +536,58 @@ mod tests {
         assert!(!parse(&NetworkPolicy::default()).unwrap().allows_name("api.good.test"));
     }
 
+    fn broker_pol(domain: &str, headers: &[(&str, &str)]) -> NetworkPolicy {
+        let d = crate::api::DomainAllow {
+            domain: domain.into(),
+            inject_headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        NetworkPolicy { mode: NetworkMode::AllowList, allow: vec![AllowRule::Domain(d)], deny: vec![] }
+    }
+
+    #[test]
+    fn brokering_rules() {
+        let p =
+            parse(&broker_pol("api.good.test:8443", &[("Authorization", "Bearer ${secret:tok}"), ("X-Org", "acme")]))
+                .unwrap();
+        let b = p.broker("API.good.test", 8443).expect("brokered");
+        assert_eq!(b.inject.len(), 2);
+        assert!(p.broker("api.good.test", 443).is_none(), "only on the rule's ports");
+        assert!(p.brokers());
+        assert_eq!(p.secret_refs(), vec!["tok".to_string()]);
+        let auth = b.inject.iter().find(|h| h.name == "authorization").unwrap();
+        assert_eq!(auth.render(|n| (n == "tok").then(|| "s3cr3t".into())).unwrap(), "Bearer s3cr3t");
+        assert!(auth.render(|_| None).unwrap_err().contains("\"tok\""));
+        assert!(!format!("{p:?}").contains("acme"), "Debug shows no header values");
+        let e = |p: NetworkPolicy| parse(&p).unwrap_err();
+        assert!(e(broker_pol("*.good.test", &[("Authorization", "x")])).contains("exact domain"));
+        assert!(e(broker_pol("api.good.test", &[("Bad Name", "x")])).contains("not a valid header name"));
+        assert!(e(broker_pol("api.good.test", &[("X-A", "a\r\nX-B: b")])).contains("control characters"));
+        assert!(e(broker_pol("api.good.test", &[("Host", "evil.test")])).contains("cannot be injected"));
+        assert!(e(broker_pol("api.good.test", &[("Content-Length", "0")])).contains("cannot be injected"));
+        assert!(e(broker_pol("api.good.test", &[("X-A", "${secret:tok")])).contains("unterminated"));
+        assert!(e(broker_pol("api.good.test", &[("X-A", "${secret:b@d}")])).contains("not a valid secret name"));
+        assert!(e(broker_pol("api.good.test", &[("X-A", "a"), ("x-a", "b")])).contains("twice"));
+        assert!(e(broker_pol("203.0.113.0/24", &[("X-A", "a")])).contains("takes a name"));
+        let mut twice = broker_pol("api.good.test", &[("X-A", "a")]);
+        twice.allow.push("api.good.test".into());
+        assert!(e(twice).contains("more than one rule"));
+        let mut other_port = broker_pol("api.good.test:8443", &[("X-A", "a")]);
+        other_port.allow.push("api.good.test:8080".into());
+        assert!(parse(&other_port).is_ok(), "brokered on 8443, plain on 8080");
+        assert!(valid_secret_name("openai_key-2.prod") && !valid_secret_name("2x") && !valid_secret_name(""));
+    }
+
     proptest! {
         #[test]
         fn parse_never_panics(rules in proptest::collection::vec(".{0,40}", 0..6)) {
-            let p = NetworkPolicy { mode: NetworkMode::AllowList, allow: rules.clone(), deny: rules };
+            let p = NetworkPolicy { mode: NetworkMode::AllowList, allow: rules.iter().map(|r| AllowRule::from(r.as_str())).collect(), deny: rules };
             let _ = parse(&p);
         }
 
         #[test]
         fn verdict_matches_the_rules(a in any::<u32>(), prefix in 0u8..=32, ip in any::<u32>(), port in 1u16..) {
             let net = Net4 { addr: Ipv4Addr::from(a), prefix };
-            let p = parse(&NetworkPolicy { mode: NetworkMode::AllowList, allow: vec![net.to_string()], deny: vec![] }).unwrap();
+            let p = parse(&NetworkPolicy { mode: NetworkMode::AllowList, allow: vec![net.to_string().into()], deny: vec![] }).unwrap();
             let ip = Ipv4Addr::from(ip);
             prop_assert_eq!(p.verdict(ip, port), net.contains(ip));
         }

@@ -125,7 +125,11 @@ impl NetArgs {
             Some(m) => serde_json::from_value(serde_json::Value::String(m.to_string()))
                 .map_err(|_| anyhow::anyhow!("--network must be deny-all, allow-list or allow-all"))?,
         };
-        Ok(api::NetworkPolicy { mode, allow: self.allow.clone(), deny: self.deny.clone() })
+        Ok(api::NetworkPolicy {
+            mode,
+            allow: self.allow.iter().map(|a| api::AllowRule::from(a.as_str())).collect(),
+            deny: self.deny.clone(),
+        })
     }
 }
 

@@ -5,7 +5,8 @@ Serves, on the address given (a TEST-NET address inside the test's own namespace
   - a TCP "hold" service on :8081 that answers each line with "ok" and keeps the connection,
   - UDP on :9999 that records datagrams,
   - DNS on :53 answering A queries for names in the zone below and NXDOMAIN for the rest,
-  - TLS on :8443 (with the certificate and key given as the 3rd and 4th arguments).
+  - HTTPS on :8443 (certificate and key given as the 3rd and 4th arguments), HTTP/1.1 keep-alive,
+    each request logged with its Host and Authorization headers.
 Every connection, datagram and DNS query is appended, one JSON line each, to the log file.
 Exits when its stdin closes (the test owns its lifetime).
 """
@@ -106,6 +107,8 @@ def dns():
 
 
 def tls():
+    """HTTPS with keep-alive: logs each request's path, Host and Authorization (the test
+    asserts what a broker injected); GET /bytes/N answers N bytes."""
     import ssl
 
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -114,17 +117,49 @@ def tls():
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((ADDR, 8443))
     s.listen(64)
+    conns = [0]
+
+    def serve(c, peer, n):
+        try:
+            c.settimeout(10)
+            t = ctx.wrap_socket(c, server_side=True)
+            log(kind="tls", port=8443, peer=peer[0], conn=n)
+            f = t.makefile("rwb")
+            while True:
+                line = f.readline(65536)
+                if not line:
+                    break
+                method, path, version = (line.decode(errors="replace").split() + ["", "", ""])[:3]
+                headers = {}
+                while True:
+                    h = f.readline(65536)
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    k, _, v = h.decode(errors="replace").partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                if int(headers.get("content-length", "0") or 0):
+                    f.read(int(headers["content-length"]))
+                log(kind="https", conn=n, method=method, path=path, host=headers.get("host"),
+                    authorization=headers.get("authorization"), extra=headers.get("x-glovebox-test"))
+                body = b"ok"
+                if path.startswith("/bytes/"):
+                    body = b"x" * int(path.split("/")[2])
+                close = version == "HTTP/1.0" or headers.get("connection", "").lower() == "close"
+                f.write(b"%s 200 OK\r\nContent-Length: %d\r\n%s\r\n" % (
+                    b"HTTP/1.0" if version == "HTTP/1.0" else b"HTTP/1.1", len(body),
+                    b"Connection: close\r\n" if close else b""))
+                f.write(body)
+                f.flush()
+                if close:
+                    break
+            t.close()
+        except (OSError, ssl.SSLError, ValueError):
+            c.close()
+
     while True:
         c, peer = s.accept()
-        try:
-            c.settimeout(5)
-            t = ctx.wrap_socket(c, server_side=True)
-            log(kind="tls", port=8443, peer=peer[0])
-            t.recv(65536)
-            t.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            t.close()
-        except (OSError, ssl.SSLError):
-            c.close()
+        conns[0] += 1
+        threading.Thread(target=serve, args=(c, peer, conns[0]), daemon=True).start()
 
 
 targets = [http, hold, udp, dns] + ([tls] if CERT else [])

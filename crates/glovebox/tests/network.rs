@@ -5,129 +5,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod inet;
+
+use std::process::Command;
 use std::time::Duration;
 
 use common::{rand_token, run_bounded, sandbox_body, Daemon};
+use inet::{Internet, EVIL, NET};
 use serde_json::{json, Value};
-
-const NET: &str = "203.0.113.10";
-/// Another server of the test internet, which no allowed name resolves to.
-const EVIL: &str = "203.0.113.20";
-
-/// The test's own namespace, link, routes and servers; removed on drop whatever happens.
-struct Internet {
-    ns: String,
-    veth: String,
-    log: std::path::PathBuf,
-    servers: Vec<Child>,
-    _dir: tempfile::TempDir,
-}
-
-fn sh(args: &[&str]) -> bool {
-    run_bounded(Command::new(args[0]).args(&args[1..]), None, Duration::from_secs(10)).code() == Some(0)
-}
-
-impl Internet {
-    fn start() -> Internet {
-        let tag = rand_token(6);
-        let dir = common::tempdir("gbtest-inet-");
-        let mut me = Internet {
-            ns: format!("gbnt-{tag}"),
-            veth: format!("gbnt{tag}"),
-            log: dir.path().join("inet.log"),
-            servers: Vec::new(),
-            _dir: dir,
-        };
-        let (ns, veth) = (me.ns.clone(), me.veth.clone());
-        let peer = format!("{veth}p");
-        for cmd in [
-            vec!["ip", "netns", "add", &ns],
-            vec!["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer],
-            vec!["ip", "link", "set", &peer, "netns", &ns],
-            vec!["ip", "addr", "add", "203.0.113.1/24", "dev", &veth],
-            vec!["ip", "link", "set", &veth, "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.10/24", "dev", &peer],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "169.254.169.254/32", "dev", &peer],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.20/24", "dev", &peer],
-            vec!["ip", "netns", "exec", &ns, "ip", "link", "set", &peer, "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "route", "add", "default", "via", "203.0.113.1"],
-            // The canary metadata address lives in our namespace, so a leak would land there.
-            vec!["ip", "route", "add", "169.254.169.254/32", "via", NET, "dev", &veth],
-        ] {
-            assert!(sh(&cmd), "set-up step failed: {cmd:?}");
-        }
-        let fix = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/netfix.py");
-        let log = me.log.display().to_string();
-        let (cert, key) = (me._dir.path().join("cert.pem"), me._dir.path().join("key.pem"));
-        let (cert, key) = (cert.display().to_string(), key.display().to_string());
-        assert!(
-            sh(&[
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                "/CN=api.good.test",
-                "-days",
-                "1",
-                "-keyout",
-                &key,
-                "-out",
-                &cert,
-            ]),
-            "test certificate"
-        );
-        for (addr, logf) in
-            [(NET, log.clone()), ("169.254.169.254", format!("{log}.meta")), (EVIL, format!("{log}.evil"))]
-        {
-            let mut c = Command::new("ip")
-                .args(["netns", "exec", &ns, "python3", fix, addr, &logf, &cert, &key])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("fixture server");
-            let mut line = String::new();
-            BufReader::new(c.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
-            assert_eq!(line.trim(), "ready", "fixture server did not start");
-            me.servers.push(c);
-        }
-        me
-    }
-
-    fn events(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    fn evil_events(&self) -> String {
-        std::fs::read_to_string(format!("{}.evil", self.log.display())).unwrap_or_default()
-    }
-
-    fn meta_events(&self) -> String {
-        std::fs::read_to_string(format!("{}.meta", self.log.display())).unwrap_or_default()
-    }
-}
-
-impl Drop for Internet {
-    fn drop(&mut self) {
-        for c in &mut self.servers {
-            drop(c.stdin.take());
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = sh(&["ip", "route", "del", "169.254.169.254/32", "via", NET, "dev", &self.veth]);
-        let _ = sh(&["ip", "link", "del", &self.veth]);
-        let _ = sh(&["ip", "netns", "del", &self.ns]);
-    }
-}
 
 /// Runs Python in the sandbox and returns its stdout (trimmed).
 fn py(d: &Daemon, id: &str, code: &str) -> String {
@@ -297,15 +182,5 @@ fn policies_are_enforced_on_the_host_side() {
 
     let pid = d.pid();
     d.shutdown_and_check_leaks();
-    let links = run_bounded(Command::new("ip").args(["-o", "link"]), None, Duration::from_secs(5)).stdout_str();
-    let left: Vec<&str> = links
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .filter(|n| {
-            n.starts_with("gb") && n[2..].split('@').next().is_some_and(|d| d.chars().all(|c| c.is_ascii_digit()))
-        })
-        .collect();
-    assert!(left.is_empty(), "sandbox links left behind: {left:?}");
-    let tables = run_bounded(Command::new("nft").args(["list", "tables"]), None, Duration::from_secs(5)).stdout_str();
-    assert!(!tables.contains(&format!("glovebox_{pid}")), "the daemon's table is left: {tables}");
+    inet::assert_no_net_state(pid);
 }
