@@ -498,8 +498,11 @@ impl Manager {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(crate::usage::SAMPLE_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
+            for n in 0u64.. {
                 tick.tick().await;
+                if n % 5 == 4 {
+                    trim_heap();
+                }
                 let Some(m) = weak.upgrade() else { return };
                 let live: Vec<Arc<Sb>> = m.live.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
                 drop(m);
@@ -1040,6 +1043,13 @@ impl Manager {
             _ => Error::Agent(e.to_string()),
         }
     }
+}
+
+/// Gives freed heap pages back to the kernel. A long-running daemon's heap is fragmented by
+/// bursts (thousands of sandboxes' bookkeeping freed at once); without this its RSS stays at
+/// the burst's high-water mark.
+fn trim_heap() {
+    glovebox_jail::sys::trim_heap();
 }
 
 /// Kills and releases everything of a sandbox. Killing PID 1 of its pid namespace makes

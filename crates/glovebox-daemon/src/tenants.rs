@@ -24,7 +24,7 @@ use crate::util::{constant_time_eq, random_token, rfc3339};
 pub const DEFAULT_TENANT: &str = "default";
 const KEY_PREFIX: &str = "gbk_";
 /// How many ended sandboxes' owners are remembered in memory (the store keeps the rest).
-const ENDED_MEMORY: usize = 10_000;
+const ENDED_MEMORY: usize = 1_000;
 
 /// Who is calling: resolved from the API key by the auth middleware.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -101,7 +101,8 @@ struct LedgerInner {
     totals: std::collections::BTreeMap<String, (u64, Usage)>,
 }
 
-const LEDGER_MEMORY: usize = 10_000;
+/// Records kept in memory; older ones are read back from the store.
+const LEDGER_MEMORY: usize = 1_000;
 
 impl Ledger {
     /// Loads the totals kept in `store` and writes every later record through to it.

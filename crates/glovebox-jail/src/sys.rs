@@ -295,3 +295,13 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: integer-only syscall.
     check(unsafe { libc::kill(pid, sig) }).map(drop)
 }
+
+/// Returns free heap pages to the kernel (glibc `malloc_trim`); a no-op elsewhere.
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only walks glibc's own arenas under their
+    // locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -285,3 +285,49 @@ fn keys_quotas_and_usage_survive_a_restart() {
     assert_eq!(as_key(&d, &k2, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None).0, 404);
     d.shutdown_and_check_leaks();
 }
+
+#[test]
+fn a_tenant_cannot_see_or_use_another_tenants_secrets() {
+    require_root!();
+    let d = Daemon::start();
+    let (ka, _) = key_for(&d, "sec-a");
+    let (kb, _) = key_for(&d, "sec-b");
+    let value = format!("tok-{}", rand_token(24));
+    let (st, v) = as_key(&d, &ka, Method::POST, "/v1/secrets", Some(&json!({ "name": "api_token", "value": value })));
+    assert_eq!(st, 201, "{v}");
+    assert!(!v.to_string().contains(&value), "a secret's value is never returned: {v}");
+    // B does not see it, cannot read its metadata, cannot delete it.
+    let (st, l) = as_key(&d, &kb, Method::GET, "/v1/secrets", None);
+    assert_eq!(st, 200);
+    assert_eq!(l["secrets"].as_array().map(Vec::len), Some(0), "{l}");
+    assert_eq!(as_key(&d, &kb, Method::GET, "/v1/secrets/api_token", None).0, 404);
+    assert_eq!(as_key(&d, &kb, Method::DELETE, "/v1/secrets/api_token", None).0, 404);
+    // A policy of B that references the name finds nothing to inject: refused, for create
+    // and for a live update alike.
+    let policy = json!({ "mode": "allow-list", "allow": [
+        { "domain": "api.good.test", "inject_headers": { "Authorization": "Bearer ${secret:api_token}" } }
+    ] });
+    let (st, v) = create_as(&d, &kb, sandbox_body(json!({ "network": policy })));
+    assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_request")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("api_token"), "{v}");
+    let (st, b) = create_as(&d, &kb, sandbox_body(json!({})));
+    assert_eq!(st, 201, "{b}");
+    let idb = b["id"].as_str().unwrap().to_string();
+    let (st, v) = as_key(&d, &kb, Method::PUT, &format!("/v1/sandboxes/{idb}/network"), Some(&policy));
+    assert_eq!(st, 400, "{v}");
+    // B's own secret of the same name is B's, and A's is untouched.
+    let (st, _) = as_key(&d, &kb, Method::PUT, "/v1/secrets/api_token", Some(&json!({ "value": "b-value" })));
+    assert_eq!(st, 201);
+    let (_, l) = as_key(&d, &ka, Method::GET, "/v1/secrets", None);
+    assert_eq!(l["secrets"].as_array().map(Vec::len), Some(1), "{l}");
+    // A may use its own.
+    let (st, a) = create_as(&d, &ka, sandbox_body(json!({ "network": policy })));
+    assert_eq!(st, 201, "{a}");
+    assert!(!a.to_string().contains(&value), "{a}");
+    for (k, s) in [(&ka, &a), (&kb, &b)] {
+        let id = s["id"].as_str().unwrap();
+        assert_eq!(as_key(&d, k, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).0, 204);
+    }
+    assert!(!d.log().contains(&value), "the daemon log must not contain a secret value");
+    d.shutdown_and_check_leaks();
+}

@@ -270,16 +270,35 @@ pub fn sandbox_uid_processes() -> Vec<ProcInfo> {
 /// dir (every sandbox process lives in its mount namespace and cannot leave it) or they sit
 /// in its cgroup.
 pub fn processes_of(id: &str) -> Vec<ProcInfo> {
-    let mnt = format!("/sandboxes/{id}/");
-    let cg = format!("/glovebox/{id}");
-    processes()
-        .into_iter()
-        .filter(|p| {
-            fs::read_to_string(format!("/proc/{}/mountinfo", p.pid)).is_ok_and(|m| m.contains(&mnt))
-                || fs::read_to_string(format!("/proc/{}/cgroup", p.pid))
-                    .is_ok_and(|c| c.lines().any(|l| l.ends_with(&cg) || l.contains(&format!("{cg}/"))))
-        })
-        .collect()
+    processes_by_sandbox().remove(id).unwrap_or_default()
+}
+
+/// Every host process that belongs to some sandbox, by sandbox id (one pass over /proc, so
+/// checking thousands of ids costs the same as checking one).
+pub fn processes_by_sandbox() -> std::collections::HashMap<String, Vec<ProcInfo>> {
+    fn ids_after(text: &str, marker: &str) -> Vec<String> {
+        text.match_indices(marker)
+            .filter_map(|(i, _)| {
+                let rest = &text[i + marker.len()..];
+                let end = rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
+                (end > 0).then(|| rest[..end].to_string())
+            })
+            .collect()
+    }
+    let mut by: std::collections::HashMap<String, Vec<ProcInfo>> = std::collections::HashMap::new();
+    for p in processes() {
+        let mut ids: BTreeSet<String> = BTreeSet::new();
+        if let Ok(m) = fs::read_to_string(format!("/proc/{}/mountinfo", p.pid)) {
+            ids.extend(ids_after(&m, "/sandboxes/"));
+        }
+        if let Ok(c) = fs::read_to_string(format!("/proc/{}/cgroup", p.pid)) {
+            ids.extend(ids_after(&c, "/glovebox/"));
+        }
+        for id in ids {
+            by.entry(id).or_default().push(p.clone());
+        }
+    }
+    by
 }
 
 /// The cgroup directories of sandbox `id` that exist (v1: one per hierarchy; v2: one).
@@ -326,6 +345,7 @@ pub fn leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) -> Vec<String> {
     if let Ok(rd) = fs::read_dir(run.join("slots")) {
         slots = rd.flatten().map(|e| (e.path(), fs::read_to_string(e.path()).unwrap_or_default())).collect();
     }
+    let mut procs = processes_by_sandbox();
     for id in ids {
         let dir = run.join("sandboxes").join(id);
         if dir.exists() {
@@ -339,7 +359,7 @@ pub fn leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) -> Vec<String> {
         for d in cgroup_dirs(id) {
             problems.push(format!("cgroup left: {}", d.display()));
         }
-        for p in processes_of(id) {
+        for p in procs.remove(id.as_str()).unwrap_or_default() {
             problems.push(format!("process of sandbox {id} left: {p:?}"));
         }
         if host_mounts.contains(&format!("/sandboxes/{id}/")) {
