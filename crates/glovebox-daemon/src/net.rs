@@ -121,28 +121,34 @@ impl Net {
         self.ensure()?;
         let (host, sb) = link_addrs(slot);
         let dev = ifname(slot);
-        let peer = format!("{dev}p");
-        // A link left by a crashed daemon for this slot.
-        let _ = run(Command::new("ip").args(["link", "del", &dev]), None);
-        run(
-            Command::new("ip").arg("-batch").arg("-"),
-            Some(&format!(
-                "link add {dev} type veth peer name {peer}\n\
-                 link set {peer} netns {pid}\n\
-                 addr add {host}/30 dev {dev}\n\
-                 link set {dev} up\n"
-            )),
-        )?;
-        let r = run(
-            Command::new("nsenter").arg(format!("--net=/proc/{pid}/ns/net")).args(["ip", "-batch", "-"]),
-            Some(&format!(
-                "link set {peer} name eth0\n\
-                 addr add {sb}/30 dev eth0\n\
+        // The sandbox end is created in the sandbox's namespace, already named eth0; a link
+        // left for this slot by a crashed daemon is removed only if it is in the way (one
+        // process fewer on every create).
+        let host_side = format!(
+            "link add {dev} type veth peer name eth0 netns {pid}\n\
+             addr add {host}/30 dev {dev}\n\
+             link set {dev} up\n"
+        );
+        let ip_batch = |script: &str| run(Command::new("ip").arg("-batch").arg("-"), Some(script));
+        let host_r = match ip_batch(&host_side) {
+            Err(e) if e.to_string().contains("File exists") => {
+                let _ = run(Command::new("ip").args(["link", "del", &dev]), None);
+                ip_batch(&host_side)
+            }
+            r => r,
+        };
+        let r = host_r
+            .and_then(|_| {
+                run(
+                    Command::new("nsenter").arg(format!("--net=/proc/{pid}/ns/net")).args(["ip", "-batch", "-"]),
+                    Some(&format!(
+                        "addr add {sb}/30 dev eth0\n\
                  link set eth0 up\n\
                  route add default via {host}\n"
-            )),
-        )
-        .and_then(|_| self.apply(slot, policy, true));
+                    )),
+                )
+            })
+            .and_then(|_| self.apply(slot, policy, true));
         if let Err(e) = r {
             self.detach(slot);
             return Err(e);
