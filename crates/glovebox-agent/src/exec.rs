@@ -62,6 +62,9 @@ struct Reaper {
 /// Spares kept ready (see `spare`): enough for a burst of commands.
 const SPARES: usize = 2;
 
+/// How long a foreground command runs before its spare's replacement is made beside it.
+const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Empty command cgroups kept for reuse.
 const FREE_CGROUPS: usize = 4;
 
@@ -202,10 +205,9 @@ impl Exec {
             Err(SpawnError::Reply(code, msg)) => return w.error(code, msg).await,
         };
         w.json(&Event::Started { id: cmd.id, pid: cmd.pid }).await?;
-        // Prepare the next command's spare once this one is on its way (forking now would
-        // compete with it for the CPU).
-        self.refill();
         if background {
+            // Prepare the next command's spare now that this one is on its way.
+            self.refill();
             return w.flush().await;
         }
         if want_stdin {
@@ -214,7 +216,19 @@ impl Exec {
                 let _ = feed_stdin(&c, &mut r, true).await;
             });
         }
-        stream(&cmd, &mut w).await
+        // A short foreground command's replacement spare is made once its result is out:
+        // forking and locking down a process beside it competes with it for the CPU and
+        // delays its result (another spare is ready for a command arriving meanwhile). A
+        // command still running after a moment gets its replacement made meanwhile.
+        let this = self.clone();
+        let early = tokio::spawn(async move {
+            tokio::time::sleep(REFILL_AFTER).await;
+            this.refill();
+        });
+        let r = stream(&cmd, &mut w).await;
+        early.abort();
+        self.refill();
+        r
     }
 
     fn new_cmd(&self, id: u64, pid: i32, spec: &ExecSpec, cwd: &str, cgroup_dir: Option<PathBuf>) -> Arc<Cmd> {

@@ -77,7 +77,15 @@ pub fn router(state: AppState) -> Router {
         .merge(prom)
         .nest("/v1", v1)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(middleware::from_fn_with_state(state.clone(), count_responses))
         .with_state(state)
+}
+
+/// Counts every response by status class (`glovebox_http_responses_total`).
+async fn count_responses(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    st.manager.metrics.response(resp.status().as_u16());
+    resp
 }
 
 /// The API key a request presents (`Authorization: Bearer …` or `X-API-Key`).

@@ -30,6 +30,9 @@ const AUDIT_MAX: usize = 10_000;
 const PEEK_MAX: usize = 16 * 1024;
 const PEEK_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Egress attempts denied by any sandbox's policy (a daemon-wide metric).
+pub static DENIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A sandbox's egress state, shared by its resolver, proxy and the API.
 pub struct Egress {
     pub policy: RwLock<Policy>,
@@ -95,6 +98,9 @@ impl Egress {
         use std::sync::atomic::Ordering::Relaxed;
         self.bytes_up.fetch_add(e.bytes_up, Relaxed);
         self.bytes_down.fetch_add(e.bytes_down, Relaxed);
+        if !e.allowed {
+            DENIED.fetch_add(1, Relaxed);
+        }
         let mut a = lock(&self.audit);
         if a.len() >= AUDIT_MAX {
             a.pop_front();

@@ -576,6 +576,7 @@ impl Manager {
             Err(Error::Start(_) | Error::Internal(_) | Error::Unavailable(_)) => {
                 crate::metrics::Metrics::inc(&self.metrics.create_failed)
             }
+            Err(Error::Quota(_)) => crate::metrics::Metrics::inc(&self.metrics.quota_refusals),
             Err(_) => {}
         }
         r

@@ -66,6 +66,10 @@ pub struct Metrics {
     pub command_ooms: AtomicU64,
     pub cells: AtomicU64,
     pub cell_errors: AtomicU64,
+    /// Creates refused by a tenant quota (429).
+    pub quota_refusals: AtomicU64,
+    /// HTTP responses by status class (index = status / 100).
+    pub responses: [AtomicU64; 6],
     pub create_latency: Histogram,
     pub exec_latency: Histogram,
     pub code_latency: Histogram,
@@ -75,6 +79,12 @@ impl Metrics {
     pub fn ended(&self, r: EndReason) {
         if let Some(i) = REASONS.iter().position(|x| *x == r) {
             self.ended[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn response(&self, status: u16) {
+        if let Some(c) = self.responses.get(usize::from(status / 100)) {
+            c.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -118,6 +128,21 @@ impl Metrics {
         self.create_latency.render(&mut o, "glovebox_create_seconds", "Time to create a sandbox.");
         self.exec_latency.render(&mut o, "glovebox_exec_seconds", "Time from exec request to the command's result.");
         self.code_latency.render(&mut o, "glovebox_code_seconds", "Time from run_code request to the cell's end.");
+        c(&mut o, "glovebox_quota_refusals_total", "Creates refused by a tenant quota.", &self.quota_refusals);
+        let egress_denied = crate::egress::DENIED.load(Ordering::Relaxed);
+        let _ = writeln!(
+            o,
+            "# HELP glovebox_egress_denied_total Egress attempts (DNS and TCP) the network policy denied.\n\
+             # TYPE glovebox_egress_denied_total counter\nglovebox_egress_denied_total {egress_denied}"
+        );
+        let _ = writeln!(
+            o,
+            "# HELP glovebox_http_responses_total HTTP responses by status class.\n\
+             # TYPE glovebox_http_responses_total counter"
+        );
+        for (i, n) in self.responses.iter().enumerate().skip(1) {
+            let _ = writeln!(o, "glovebox_http_responses_total{{class=\"{i}xx\"}} {}", n.load(Ordering::Relaxed));
+        }
         g(&mut o, "glovebox_up", "1 while the daemon serves.", 1);
         o
     }

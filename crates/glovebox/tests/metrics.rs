@@ -49,7 +49,23 @@ fn prometheus_counters_move_and_sandbox_metrics_measure() {
 
     let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 204);
+    // Two client errors: a gone sandbox (410) and a quota refusal (429).
+    assert_eq!(d.get(&format!("/v1/sandboxes/{id}")).0, 410);
+    let (st, k) = d.post("/v1/keys", &json!({ "tenant": "metered" }));
+    assert_eq!(st, 201);
+    let (st, _) = d.send(d.req(reqwest::Method::PUT, "/v1/tenants/metered/quota").json(&json!({ "max_sandboxes": 0 })));
+    assert_eq!(st, 200);
+    let rb = d.req_noauth(reqwest::Method::POST, "/v1/sandboxes").bearer_auth(k["key"].as_str().unwrap());
+    assert_eq!(d.send(rb.json(&sandbox_body(json!({})))).0, 429);
     let after = scrape(&d);
+    assert_eq!(sample(&after, "glovebox_quota_refusals_total") - sample(&before, "glovebox_quota_refusals_total"), 1.0);
+    assert!(
+        sample(&after, "glovebox_http_responses_total{class=\"4xx\"}")
+            - sample(&before, "glovebox_http_responses_total{class=\"4xx\"}")
+            >= 2.0
+    );
+    assert!(sample(&after, "glovebox_http_responses_total{class=\"2xx\"}") >= 5.0);
+    assert!(after.contains("glovebox_egress_denied_total "), "{after}");
     assert_eq!(
         sample(&after, "glovebox_sandboxes_created_total") - sample(&before, "glovebox_sandboxes_created_total"),
         1.0
