@@ -77,8 +77,9 @@ pub fn router(state: AppState) -> Router {
         .merge(prom)
         .nest("/v1", v1)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .layer(middleware::from_fn_with_state(state.clone(), count_responses))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(crate::e2b::router(state.clone()))
+        .layer(middleware::from_fn_with_state(state, count_responses))
 }
 
 /// Counts every response by status class (`glovebox_http_responses_total`).

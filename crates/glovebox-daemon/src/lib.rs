@@ -5,6 +5,7 @@
 pub mod api;
 pub mod broker;
 pub mod code;
+pub mod e2b;
 pub mod egress;
 pub mod error;
 pub mod manager;

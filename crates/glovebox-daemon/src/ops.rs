@@ -451,3 +451,43 @@ where
         other => Err(unexpected(other)),
     }
 }
+
+/// A piece of a command's output, or its end (see [`attach`]).
+pub enum Output {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exited(ap::ExitStatus),
+}
+
+/// Follows a command: what was kept of its output from the start, then live output, then
+/// its exit. The stream ends after `Exited` or the first error.
+pub async fn attach(
+    m: std::sync::Arc<Manager>,
+    sb: std::sync::Arc<Sb>,
+    id: u64,
+) -> Result<impl Stream<Item = Result<Output>>> {
+    let (r, mut w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
+    w.json(&Request::Attach { id }).await?;
+    w.flush().await?;
+    Ok(futures_util::stream::unfold(Some((r, w, m, sb)), move |st| async move {
+        let (mut r, w, m, sb) = st?;
+        let item = match r.next().await {
+            Err(e) => Err(m.agent_error(&sb.id, e)),
+            Ok(None) => Err(m.agent_error(&sb.id, "connection closed before the command ended")),
+            Ok(Some((Kind::Stdout, b))) => Ok(Output::Stdout(b)),
+            Ok(Some((Kind::Stderr, b))) => Ok(Output::Stderr(b)),
+            Ok(Some((Kind::Json, b))) => match serde_json::from_slice::<Event>(&b) {
+                Ok(Event::Exited(e)) => Ok(Output::Exited(e)),
+                _ => match serde_json::from_slice::<Reply>(&b) {
+                    Ok(Reply::Error { code: ap::ErrorCode::NotFound, .. }) => {
+                        Err(Error::NotFound { what: "command", name: id.to_string() })
+                    }
+                    _ => Err(Error::Agent("unexpected message in output stream".into())),
+                },
+            },
+            Ok(Some(_)) => Err(Error::Agent("unexpected frame in output stream".into())),
+        };
+        let go_on = matches!(item, Ok(Output::Stdout(_) | Output::Stderr(_)));
+        Some((item, go_on.then_some((r, w, m, sb))))
+    }))
+}

@@ -1,0 +1,398 @@
+//! E2B's control plane: create, list, get, kill, timeout, connect, network — over the
+//! manager. Field names are E2B's (`templateID`, `envVars`, `allowOut`, …).
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use glovebox_proto::api::{CreateSandbox, EndReason, NetworkMode, NetworkPolicy, Sandbox, DEFAULT_TIMEOUT_S};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{check_api_key, E2b, RestError, ENVD_VERSION};
+use crate::error::Error;
+use crate::util::rfc3339;
+
+/// E2B's name for "every IPv4 address" in allow and deny lists.
+const ALL_TRAFFIC: &str = "0.0.0.0/0";
+
+pub fn routes() -> Router<E2b> {
+    Router::new()
+        .route("/sandboxes", post(create).get(list))
+        .route("/v2/sandboxes", post(create).get(list))
+        .route("/sandboxes/{id}", get(get_one).delete(kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/connect", post(connect))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}/network", put(set_network))
+        .route("/sandboxes/{id}/metrics", get(metrics))
+        .route("/sandboxes/{id}/pause", post(unsupported))
+        .route("/sandboxes/{id}/resume", post(unsupported))
+        .route("/sandboxes/{id}/fork", post(unsupported))
+        .route("/sandboxes/{id}/snapshots", post(unsupported))
+        .route("/sandboxes/{id}/refreshes", post(unsupported))
+}
+
+/// The control plane's error mapping: a gone sandbox is a plain 404 here (the SDKs turn it
+/// into their not-found exceptions).
+fn cp_error(e: Error) -> RestError {
+    match e {
+        Error::SandboxNotFound(id) | Error::Gone { id, .. } => {
+            RestError::new(StatusCode::NOT_FOUND, format!("sandbox \"{id}\" not found"))
+        }
+        Error::NotFound { what: "template", name } => {
+            RestError::new(StatusCode::NOT_FOUND, format!("template '{name}' not found"))
+        }
+        e => RestError::from(e),
+    }
+}
+
+/// A JSON body, with E2B's 400 shape for a malformed one.
+fn body<T: for<'de> Deserialize<'de> + Default>(b: &Bytes) -> Result<T, RestError> {
+    if b.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(b).map_err(|e| RestError::new(StatusCode::BAD_REQUEST, format!("invalid body: {e}")))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct NetworkConfig {
+    allow_out: Option<Vec<String>>,
+    deny_out: Option<Vec<String>>,
+    rules: Option<Value>,
+    egress_proxy: Option<Value>,
+    dns_servers: Option<Vec<String>>,
+    /// Only in updates.
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    timeout: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<NetworkConfig>,
+    auto_pause: Option<bool>,
+    mcp: Option<Value>,
+    volume_mounts: Option<Vec<Value>>,
+}
+
+/// E2B template names to Glovebox's.
+fn template_name(t: &str) -> &str {
+    match t {
+        "" | "base" => "base",
+        "code-interpreter" | "code-interpreter-v1" => "code-interpreter",
+        other => other,
+    }
+}
+
+/// E2B's network options as a Glovebox policy.
+///
+/// E2B lets `allowOut` win over `denyOut`; Glovebox lets deny win. The E2B idiom "nothing
+/// but these" (`denyOut: [0.0.0.0/0]` or `allow_internet_access: false`, plus `allowOut`)
+/// is Glovebox's allow-list mode; `allow_internet_access: true` is allow-all (minus
+/// `denyOut`). When neither says yes, Glovebox's own default applies: deny-all.
+fn policy(internet: Option<bool>, net: Option<&NetworkConfig>) -> Result<NetworkPolicy, RestError> {
+    let (allow, mut deny) = match net {
+        Some(n) => {
+            if n.rules.as_ref().is_some_and(|r| !r.is_null() && r != &json!({})) {
+                return Err(RestError::new(
+                    StatusCode::BAD_REQUEST,
+                    "network rules (request transforms) are not supported",
+                ));
+            }
+            if n.egress_proxy.as_ref().is_some_and(|p| !p.is_null()) {
+                return Err(RestError::new(StatusCode::BAD_REQUEST, "an egress proxy is not supported"));
+            }
+            if n.dns_servers.is_some() {
+                return Err(RestError::new(StatusCode::BAD_REQUEST, "custom DNS servers are not supported"));
+            }
+            (n.allow_out.clone().unwrap_or_default(), n.deny_out.clone().unwrap_or_default())
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    let deny_everything = deny.iter().any(|d| d == ALL_TRAFFIC) || internet != Some(true);
+    deny.retain(|d| d != ALL_TRAFFIC);
+    let np = if !deny_everything {
+        NetworkPolicy { mode: NetworkMode::AllowAll, allow: Vec::new(), deny }
+    } else if allow.is_empty() {
+        NetworkPolicy { mode: NetworkMode::DenyAll, allow: Vec::new(), deny: Vec::new() }
+    } else if allow.iter().any(|a| a == ALL_TRAFFIC) {
+        NetworkPolicy { mode: NetworkMode::AllowAll, allow: Vec::new(), deny }
+    } else {
+        NetworkPolicy { mode: NetworkMode::AllowList, allow, deny }
+    };
+    glovebox_proto::policy::parse(&np).map_err(|e| RestError::new(StatusCode::BAD_REQUEST, e))?;
+    Ok(np)
+}
+
+/// What E2B's `network` looks like for a policy.
+fn network_view(np: &NetworkPolicy) -> Value {
+    let mut deny = np.deny.clone();
+    if np.mode != NetworkMode::AllowAll {
+        deny.insert(0, ALL_TRAFFIC.to_string());
+    }
+    json!({ "allowOut": np.allow, "denyOut": deny })
+}
+
+/// The body create and connect answer with.
+fn created(st: &E2b, s: &Sandbox) -> Value {
+    let token = st.token_for(&s.id);
+    json!({
+        "sandboxID": s.id,
+        "templateID": s.template,
+        "clientID": "glovebox",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": token,
+        "trafficAccessToken": token,
+    })
+}
+
+fn listed(s: &Sandbox) -> Value {
+    json!({
+        "sandboxID": s.id,
+        "templateID": s.template,
+        "clientID": "glovebox",
+        "startedAt": s.created_at,
+        "endAt": s.expires_at,
+        "cpuCount": (s.limits.cpus.ceil() as u64).max(1),
+        "memoryMB": s.limits.memory_mb,
+        "diskSizeMB": s.limits.disk_mb,
+        "metadata": s.metadata,
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+    })
+}
+
+async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let req: NewSandbox = body(&b)?;
+    if req.auto_pause == Some(true) {
+        return Err(RestError::new(StatusCode::BAD_REQUEST, "pausing sandboxes is not supported by Glovebox"));
+    }
+    if req.mcp.as_ref().is_some_and(|m| !m.is_null()) {
+        return Err(RestError::new(StatusCode::BAD_REQUEST, "MCP gateways are not supported by Glovebox"));
+    }
+    if req.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(RestError::new(StatusCode::BAD_REQUEST, "volumes are not supported by Glovebox"));
+    }
+    let network = policy(req.allow_internet_access, req.network.as_ref())?;
+    let create = CreateSandbox {
+        template: Some(template_name(&req.template_id).to_string()),
+        timeout_s: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
+        resources: Default::default(),
+        env: req.env_vars.unwrap_or_default(),
+        metadata: req.metadata.unwrap_or_default(),
+        network,
+    };
+    let sb = st.app.manager.create(create).await.map_err(cp_error)?;
+    Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())
+}
+
+/// `a=b&c=d` (E2B's `metadata` query: pairs, each side percent-encoded once more).
+fn metadata_filter(q: &str) -> BTreeMap<String, String> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(&percent_decode(k)), percent_decode(&percent_decode(v)))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).and_then(|c| hex(*c)), b.get(i + 2).and_then(|c| hex(*c))) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn list(
+    State(st): State<E2b>,
+    h: HeaderMap,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let filters = q.get("metadata").map(|m| metadata_filter(m)).unwrap_or_default();
+    let states_ok = q.get("state").is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
+    let template = q.get("template").map(|t| template_name(t).to_string());
+    let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
+    let mut out: Vec<Value> = st
+        .app
+        .manager
+        .list()
+        .iter()
+        .filter(|_| states_ok)
+        .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .filter(|s| template.as_ref().is_none_or(|t| &s.template == t))
+        .take(limit)
+        .map(listed)
+        .collect();
+    if q.get("order").is_some_and(|o| o == "desc") {
+        out.reverse();
+    }
+    Ok(axum::Json(out).into_response())
+}
+
+async fn get_one(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let s = st.app.manager.get(&id).map_err(cp_error)?.view();
+    let mut v = listed(&s);
+    v["envdAccessToken"] = json!(st.token_for(&s.id));
+    v["allowInternetAccess"] = json!(s.network.mode == NetworkMode::AllowAll);
+    v["network"] = network_view(&s.network);
+    Ok(axum::Json(v).into_response())
+}
+
+async fn kill(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    st.app.manager.get(&id).map_err(cp_error)?;
+    st.app.manager.destroy(&id, EndReason::Killed).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Timeout {
+    timeout: Option<u64>,
+}
+
+async fn set_timeout(
+    State(st): State<E2b>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    b: Bytes,
+) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let t: Timeout = body(&b)?;
+    let Some(secs) = t.timeout else {
+        return Err(RestError::new(StatusCode::BAD_REQUEST, "timeout is required"));
+    };
+    st.app.manager.set_timeout(&id, secs).map_err(cp_error)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `connect`: the sandbox's connection details; a `timeout` longer than what is left
+/// extends its life (never shortens it, as in E2B).
+async fn connect(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let t: Timeout = body(&b)?;
+    let mut s = st.app.manager.get(&id).map_err(cp_error)?.view();
+    if let Some(secs) = t.timeout {
+        let wanted = rfc3339(std::time::SystemTime::now() + std::time::Duration::from_secs(secs));
+        // Same format, so the strings order like the instants.
+        if wanted > s.expires_at {
+            s = st.app.manager.set_timeout(&id, secs).map_err(cp_error)?.view();
+        }
+    }
+    Ok(axum::Json(created(&st, &s)).into_response())
+}
+
+async fn set_network(
+    State(st): State<E2b>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    b: Bytes,
+) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let n: NetworkConfig = body(&b)?;
+    let np = policy(n.allow_internet_access, Some(&n))?;
+    st.app.manager.set_network(&id, np).await.map_err(cp_error)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn metrics(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    let sb = st.app.manager.get(&id).map_err(cp_error)?;
+    let m = sb.metrics();
+    let now = std::time::SystemTime::now();
+    let unix = now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    Ok(axum::Json(json!([{
+        "timestamp": rfc3339(now),
+        "timestampUnix": unix,
+        "cpuCount": (sb.limits.cpus.ceil() as u64).max(1),
+        "cpuUsedPct": m.cpu_percent,
+        "memUsed": m.memory_used_bytes,
+        "memTotal": m.memory_limit_bytes,
+        "memCache": 0,
+        "diskUsed": m.disk_used_bytes,
+        "diskTotal": m.disk_limit_bytes,
+    }]))
+    .into_response())
+}
+
+async fn unsupported(State(st): State<E2b>, h: HeaderMap) -> Result<Response, RestError> {
+    check_api_key(&st, &h)?;
+    Err(RestError::new(StatusCode::NOT_IMPLEMENTED, "pause, resume, fork and snapshots are not supported by Glovebox"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(allow: &[&str], deny: &[&str]) -> NetworkConfig {
+        NetworkConfig {
+            allow_out: Some(allow.iter().map(|s| s.to_string()).collect()),
+            deny_out: Some(deny.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn network_options_map_to_policies() {
+        assert_eq!(policy(None, None).unwrap().mode, NetworkMode::DenyAll);
+        assert_eq!(policy(Some(false), None).unwrap().mode, NetworkMode::DenyAll);
+        let all = policy(Some(true), Some(&net(&[], &["198.51.100.0/24"]))).unwrap();
+        assert_eq!((all.mode, all.deny.clone()), (NetworkMode::AllowAll, vec!["198.51.100.0/24".to_string()]));
+        let only = policy(None, Some(&net(&["203.0.113.10", "api.good.test"], &[ALL_TRAFFIC]))).unwrap();
+        assert_eq!(only.mode, NetworkMode::AllowList);
+        assert_eq!(only.allow, vec!["203.0.113.10".to_string(), "api.good.test".to_string()]);
+        assert!(only.deny.is_empty());
+        let closed = policy(Some(false), Some(&net(&["203.0.113.10"], &[]))).unwrap();
+        assert_eq!(closed.mode, NetworkMode::AllowList);
+        assert!(policy(Some(true), Some(&net(&["not a rule!"], &[ALL_TRAFFIC]))).is_err());
+    }
+
+    #[test]
+    fn metadata_filters_are_decoded_twice() {
+        // Python: urlencode({quote(k): quote(v)}), then the query encoding (undone by axum).
+        let f = metadata_filter("user=alice%25201&run=r%252F1");
+        assert_eq!(f.get("user").map(String::as_str), Some("alice 1"));
+        assert_eq!(f.get("run").map(String::as_str), Some("r/1"));
+    }
+
+    #[test]
+    fn templates_map() {
+        assert_eq!(template_name("code-interpreter-v1"), "code-interpreter");
+        assert_eq!(template_name("base"), "base");
+        assert_eq!(template_name("mine"), "mine");
+    }
+}

@@ -1,0 +1,416 @@
+//! envd's `filesystem.Filesystem` service and its REST `/files` transfer endpoints, over the
+//! agent's file requests (paths are resolved by the agent, inside the sandbox).
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use glovebox_proto::agent::{ErrorCode, FileInfo, FileType, Reply, Request};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::connect::{self, Code, RpcError};
+use super::{sandbox_path, At, E2b, RestError, ENVD_PORT};
+use crate::error::Error;
+use crate::manager::{Manager, Sb};
+use crate::ops;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PathReq {
+    path: String,
+    depth: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct MoveReq {
+    source: String,
+    destination: String,
+}
+
+pub async fn rpc(
+    State(st): State<E2b>,
+    At(sb): At<ENVD_PORT>,
+    Path(method): Path<String>,
+    h: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let m = &st.app.manager;
+    let r = match method.as_str() {
+        "Stat" => match connect::unary_request::<PathReq>(&h, &body) {
+            Ok(p) => stat(m, &sb, &p.path).await.map(|e| json!({ "entry": e })),
+            Err(e) => Err(e),
+        },
+        "ListDir" => match connect::unary_request::<PathReq>(&h, &body) {
+            Ok(p) => list_dir(m, &sb, &p.path, p.depth.unwrap_or(1)).await,
+            Err(e) => Err(e),
+        },
+        "MakeDir" => match connect::unary_request::<PathReq>(&h, &body) {
+            Ok(p) => make_dir(m, &sb, &p.path).await,
+            Err(e) => Err(e),
+        },
+        "Move" => match connect::unary_request::<MoveReq>(&h, &body) {
+            Ok(p) => rename(m, &sb, &p).await,
+            Err(e) => Err(e),
+        },
+        "Remove" => match connect::unary_request::<PathReq>(&h, &body) {
+            Ok(p) => remove(m, &sb, &p.path).await,
+            Err(e) => Err(e),
+        },
+        "WatchDir" => return connect::stream_error(unsupported()),
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(unsupported()),
+        _ => Err(RpcError::new(Code::Unimplemented, format!("no method {method}"))),
+    };
+    connect::unary_response(r)
+}
+
+fn unsupported() -> RpcError {
+    RpcError::new(Code::Unimplemented, "watching directories is not supported by Glovebox")
+}
+
+/// `-rwxr-xr-x`-style permissions, as envd reports them.
+fn permissions(kind: FileType, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        FileType::Dir => 'd',
+        FileType::Symlink => 'L',
+        _ => '-',
+    });
+    for shift in [6u32, 3, 0] {
+        let bits = (mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+fn owner(id: u32) -> String {
+    match id {
+        0 => "root".to_string(),
+        n => n.to_string(),
+    }
+}
+
+/// envd's `EntryInfo` (proto3 JSON: camelCase, int64 as a string, enums by name).
+fn entry(i: &FileInfo) -> Value {
+    let kind = match i.kind {
+        FileType::File => "FILE_TYPE_FILE",
+        FileType::Dir => "FILE_TYPE_DIRECTORY",
+        FileType::Symlink => "FILE_TYPE_SYMLINK",
+        FileType::Other => "FILE_TYPE_UNSPECIFIED",
+    };
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(i.mtime.max(0) as u64);
+    let mut v = json!({
+        "name": i.name,
+        "type": kind,
+        "path": i.path,
+        "size": i.size.to_string(),
+        "mode": i.mode & 0o7777,
+        "permissions": permissions(i.kind, i.mode),
+        "owner": owner(i.uid),
+        "group": owner(i.gid),
+        "modifiedTime": crate::util::rfc3339(mtime),
+        "isSymlink": i.kind == FileType::Symlink,
+    });
+    if let Some(t) = &i.target {
+        v["symlinkTarget"] = json!(t);
+    }
+    v
+}
+
+fn file_info(r: Reply) -> Result<FileInfo, RpcError> {
+    match r {
+        Reply::FileInfo(i) => Ok(i),
+        _ => Err(RpcError::new(Code::Internal, "unexpected reply from the sandbox agent")),
+    }
+}
+
+async fn stat(m: &Manager, sb: &Sb, path: &str) -> Result<Value, RpcError> {
+    let r = ops::file_call(m, sb, &Request::Stat { path: sandbox_path(path) }).await?;
+    Ok(entry(&file_info(r)?))
+}
+
+async fn list_dir(m: &Manager, sb: &Sb, path: &str, depth: u32) -> Result<Value, RpcError> {
+    let depth = depth.clamp(1, 32);
+    match ops::file_call(m, sb, &Request::ListDir { path: sandbox_path(path), depth }).await? {
+        Reply::Entries { entries } => Ok(json!({ "entries": entries.iter().map(entry).collect::<Vec<_>>() })),
+        _ => Err(RpcError::new(Code::Internal, "unexpected reply from the sandbox agent")),
+    }
+}
+
+/// `MakeDir` with envd's answer for a directory that is already there.
+async fn make_dir(m: &Manager, sb: &Sb, path: &str) -> Result<Value, RpcError> {
+    let path = sandbox_path(path);
+    match ops::file_call(m, sb, &Request::Stat { path: path.clone() }).await {
+        Ok(_) => return Err(RpcError::new(Code::AlreadyExists, format!("{path} already exists"))),
+        Err(Error::File { code: ErrorCode::NotFound, .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let r = ops::file_call(m, sb, &Request::MakeDir { path, parents: true }).await?;
+    Ok(json!({ "entry": entry(&file_info(r)?) }))
+}
+
+async fn rename(m: &Manager, sb: &Sb, p: &MoveReq) -> Result<Value, RpcError> {
+    let req = Request::Rename { from: sandbox_path(&p.source), to: sandbox_path(&p.destination) };
+    let r = ops::file_call(m, sb, &req).await?;
+    Ok(json!({ "entry": entry(&file_info(r)?) }))
+}
+
+async fn remove(m: &Manager, sb: &Sb, path: &str) -> Result<Value, RpcError> {
+    ops::file_call(m, sb, &Request::Remove { path: sandbox_path(path), recursive: true }).await?;
+    Ok(json!({}))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct FileQuery {
+    path: Option<String>,
+}
+
+/// `GET /files?path=…`: the file's bytes.
+pub async fn download(
+    State(st): State<E2b>,
+    At(sb): At<ENVD_PORT>,
+    Query(q): Query<FileQuery>,
+) -> Result<Response, RestError> {
+    let path = q.path.ok_or_else(|| RestError::new(StatusCode::BAD_REQUEST, "path is required"))?;
+    let (info, body) = ops::download(st.app.manager.clone(), sb, sandbox_path(&path)).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, info.size.to_string()),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// `POST /files`: one file as `application/octet-stream` (path in the query), or files as
+/// `multipart/form-data` parts (each part's filename its path, unless the query names the
+/// one file's path). Answers `[{"name", "type", "path"}]`.
+pub async fn upload(
+    State(st): State<E2b>,
+    At(sb): At<ENVD_PORT>,
+    Query(q): Query<FileQuery>,
+    h: HeaderMap,
+    body: Body,
+) -> Result<Response, RestError> {
+    let m = &st.app.manager;
+    let ct = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    if h.get(header::CONTENT_ENCODING).is_some_and(|e| e.as_bytes() != b"identity") {
+        crate::api::drain(body).await;
+        return Err(RestError::new(StatusCode::BAD_REQUEST, "compressed uploads are not supported"));
+    }
+    let written = |i: &FileInfo| json!({ "name": i.name, "type": "file", "path": i.path });
+    if let Some(boundary) = multipart_boundary(&ct) {
+        let mut mp = Multipart::new(body.into_data_stream(), &boundary);
+        let mut out = Vec::new();
+        while let Some(filename) = mp.next_part().await? {
+            let path = match (&q.path, out.is_empty()) {
+                (Some(p), true) => p.clone(),
+                _ => filename.ok_or_else(|| RestError::new(StatusCode::BAD_REQUEST, "a part has no filename"))?,
+            };
+            let chunks = futures_util::stream::unfold(&mut mp, |mp| async move {
+                match mp.chunk().await {
+                    Ok(Some(c)) => Some((Ok::<_, String>(c), mp)),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(e.message), mp)),
+                }
+            });
+            let info = ops::upload(m, &sb, sandbox_path(&path), None, Box::pin(chunks)).await?;
+            out.push(written(&info));
+        }
+        if out.is_empty() {
+            return Err(RestError::new(StatusCode::BAD_REQUEST, "no file in the upload"));
+        }
+        return Ok(axum::Json(out).into_response());
+    }
+    let Some(path) = q.path else {
+        crate::api::drain(body).await;
+        return Err(RestError::new(StatusCode::BAD_REQUEST, "path is required"));
+    };
+    let info = ops::upload(m, &sb, sandbox_path(&path), None, body.into_data_stream()).await?;
+    Ok(axum::Json(vec![written(&info)]).into_response())
+}
+
+fn multipart_boundary(ct: &str) -> Option<String> {
+    let rest = ct.strip_prefix("multipart/form-data")?;
+    rest.split(';').map(str::trim).find_map(|p| p.strip_prefix("boundary=")).map(|b| b.trim_matches('"').to_string())
+}
+
+/// Longest part header block accepted.
+const MAX_PART_HEADERS: usize = 16 << 10;
+
+/// A streaming `multipart/form-data` reader: parts one after another, each part's data in
+/// chunks as it arrives (a 50 MiB upload is never held whole).
+struct Multipart<S> {
+    body: S,
+    buf: Vec<u8>,
+    /// `\r\n--<boundary>`.
+    delim: Vec<u8>,
+    /// Inside a part's data.
+    in_part: bool,
+    done: bool,
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn bad(msg: &str) -> RestError {
+    RestError::new(StatusCode::BAD_REQUEST, format!("malformed multipart body: {msg}"))
+}
+
+impl<S, E> Multipart<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    fn new(body: S, boundary: &str) -> Self {
+        // A leading CRLF lets the first delimiter match like every later one.
+        Multipart {
+            body,
+            buf: b"\r\n".to_vec(),
+            delim: format!("\r\n--{boundary}").into_bytes(),
+            in_part: false,
+            done: false,
+        }
+    }
+
+    /// Reads more of the body; false at its end.
+    async fn fill(&mut self) -> Result<bool, RestError> {
+        match self.body.next().await {
+            Some(Ok(b)) => {
+                self.buf.extend_from_slice(&b);
+                Ok(true)
+            }
+            Some(Err(e)) => Err(bad(&e.to_string())),
+            None => Ok(false),
+        }
+    }
+
+    /// Skips to the next part; its filename, or `None` at the end of the body.
+    async fn next_part(&mut self) -> Result<Option<Option<String>>, RestError> {
+        while self.in_part {
+            if self.chunk().await?.is_none() {
+                break;
+            }
+        }
+        if self.done {
+            return Ok(None);
+        }
+        // Find the delimiter, then what follows it: `--` (the end) or CRLF and headers.
+        loop {
+            if let Some(i) = find(&self.buf, &self.delim) {
+                let after = i + self.delim.len();
+                if self.buf.len() >= after + 2 {
+                    if &self.buf[after..after + 2] == b"--" {
+                        self.done = true;
+                        return Ok(None);
+                    }
+                    if let Some(end) = find(&self.buf[after..], b"\r\n\r\n") {
+                        let headers = String::from_utf8_lossy(&self.buf[after + 2..after + end]).into_owned();
+                        self.buf.drain(..after + end + 4);
+                        self.in_part = true;
+                        return Ok(Some(filename(&headers)));
+                    }
+                }
+            }
+            if self.buf.len() > MAX_PART_HEADERS + self.delim.len() {
+                return Err(bad("part headers too long"));
+            }
+            if !self.fill().await? {
+                return Err(bad("ends before its closing delimiter"));
+            }
+        }
+    }
+
+    /// The next chunk of the current part's data; `None` at its end.
+    async fn chunk(&mut self) -> Result<Option<Bytes>, RestError> {
+        if !self.in_part {
+            return Ok(None);
+        }
+        loop {
+            if let Some(i) = find(&self.buf, &self.delim) {
+                if i == 0 {
+                    self.in_part = false;
+                    return Ok(None);
+                }
+                let data: Vec<u8> = self.buf.drain(..i).collect();
+                return Ok(Some(Bytes::from(data)));
+            }
+            // Everything but a possible start of the delimiter is data.
+            let safe = self.buf.len().saturating_sub(self.delim.len() - 1);
+            if safe >= 64 << 10 {
+                let data: Vec<u8> = self.buf.drain(..safe).collect();
+                return Ok(Some(Bytes::from(data)));
+            }
+            if !self.fill().await? {
+                return Err(bad("ends inside a part"));
+            }
+        }
+    }
+}
+
+/// The `filename` of a part's `Content-Disposition`.
+fn filename(headers: &str) -> Option<String> {
+    headers.lines().find(|l| l.to_ascii_lowercase().starts_with("content-disposition:")).and_then(|l| {
+        let i = l.find("filename=\"")? + "filename=\"".len();
+        let rest = &l[i..];
+        let end = rest.find('"')?;
+        Some(rest[..end].replace("%22", "\"").replace("%0D", "\r").replace("%0A", "\n"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(body: &[u8], split: usize) -> Vec<(Option<String>, Vec<u8>)> {
+        let chunks: Vec<Result<Bytes, String>> = body.chunks(split).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let mut mp = Multipart::new(futures_util::stream::iter(chunks), "XyZ");
+            let mut out = Vec::new();
+            while let Some(name) = mp.next_part().await.unwrap() {
+                let mut data = Vec::new();
+                while let Some(c) = mp.chunk().await.unwrap() {
+                    data.extend_from_slice(&c);
+                }
+                out.push((name, data));
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn multipart_parts_split_anywhere() {
+        let big = vec![b'\r'; 200_000];
+        let mut body = Vec::new();
+        body.extend_from_slice(b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/a/b.txt\"\r\n");
+        body.extend_from_slice(b"Content-Type: application/octet-stream\r\n\r\nhello\r\n--X\r\n");
+        body.extend_from_slice(b"\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c\"\r\n\r\n");
+        body.extend_from_slice(&big);
+        body.extend_from_slice(b"\r\n--XyZ--\r\n");
+        for split in [1, 3, 7, 64, 1 << 20] {
+            let p = parts(&body, split);
+            assert_eq!(p.len(), 2, "split {split}");
+            assert_eq!(p[0].0.as_deref(), Some("/a/b.txt"));
+            assert_eq!(p[0].1, b"hello\r\n--X\r\n");
+            assert_eq!(p[1].0.as_deref(), Some("c"));
+            assert_eq!(p[1].1, big);
+        }
+    }
+
+    #[test]
+    fn boundaries_and_permissions() {
+        assert_eq!(multipart_boundary("multipart/form-data; boundary=abc").as_deref(), Some("abc"));
+        assert_eq!(multipart_boundary("multipart/form-data; boundary=\"q\"").as_deref(), Some("q"));
+        assert_eq!(multipart_boundary("application/octet-stream"), None);
+        assert_eq!(permissions(FileType::Dir, 0o755), "drwxr-xr-x");
+        assert_eq!(permissions(FileType::File, 0o640), "-rw-r-----");
+    }
+}

@@ -1,0 +1,232 @@
+//! The E2B-compatible API: what the official `e2b` and `e2b-code-interpreter` SDKs speak,
+//! mapped onto the manager, `ops` and `code` (no second implementation of anything).
+//!
+//! Three surfaces share the daemon's one listener (point both `E2B_API_URL` and
+//! `E2B_SANDBOX_URL` at it):
+//! - the control plane (`/sandboxes`, `/v2/sandboxes`), authenticated with `X-API-Key`;
+//! - the in-sandbox API ("envd", port 49983): Connect-RPC `process` and `filesystem`
+//!   services and the REST `/files` endpoints;
+//! - the code interpreter (port 49999): `/execute`, `/contexts`.
+//!
+//! Requests to a sandbox carry `E2b-Sandbox-Id` and `E2b-Sandbox-Port`, and the sandbox's
+//! access token (`X-Access-Token`, or `E2B-Traffic-Access-Token` on the code-interpreter
+//! port). Tokens are issued by create/connect and exist only in this daemon's memory.
+//!
+//! Invariants: every handler authorizes first (one function each for the API key and the
+//! sandbox token); a missing or ended sandbox answers the way E2B's proxy does (502, "… was
+//! not found"), so the SDKs raise their own "sandbox not running" errors.
+
+mod code;
+mod connect;
+mod control;
+mod filesystem;
+mod process;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::api::AppState;
+use crate::error::Error;
+use crate::manager::Sb;
+use crate::util::{constant_time_eq, random_token};
+
+/// The port the SDKs address envd (commands, files) at.
+pub const ENVD_PORT: u16 = 49983;
+/// The port the code-interpreter SDK addresses its server at.
+pub const JUPYTER_PORT: u16 = 49999;
+/// The envd version reported to the SDKs: the features they gate on it (octet-stream
+/// uploads, closing stdin, default user) are the ones served here; later ones (file
+/// metadata, watch variants) are refused by the SDKs themselves with a clear message.
+pub const ENVD_VERSION: &str = "0.5.8";
+/// Where relative paths point (E2B's default user's home; the agent's home too).
+pub const HOME: &str = "/home/user";
+
+/// State of the E2B surface: the app's, plus the sandboxes' access tokens.
+#[derive(Clone)]
+pub struct E2b {
+    pub app: AppState,
+    tokens: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl E2b {
+    /// The access token of a live sandbox, issued on first use.
+    fn token_for(&self, id: &str) -> String {
+        let mut t = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget the tokens of sandboxes that ended (bounded by the live count + this one).
+        if t.len() > 2 * self.app.manager.live_count() + 16 {
+            t.retain(|id, _| self.app.manager.get(id).is_ok());
+        }
+        t.entry(id.to_string()).or_insert_with(|| format!("gbe2b_{}", random_token(32))).clone()
+    }
+
+    fn token_is(&self, id: &str, given: &str) -> bool {
+        let t = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        t.get(id).is_some_and(|k| constant_time_eq(k.as_bytes(), given.as_bytes()))
+    }
+}
+
+pub fn router(app: AppState) -> Router {
+    let st = E2b { app, tokens: Arc::new(Mutex::new(HashMap::new())) };
+    let rpc = Router::new()
+        .route("/process.Process/{method}", post(process::rpc))
+        .route("/filesystem.Filesystem/{method}", post(filesystem::rpc))
+        .layer(DefaultBodyLimit::max(crate::api::MAX_JSON_BODY));
+    let files = Router::new()
+        .route("/files", get(filesystem::download).post(filesystem::upload))
+        .layer(DefaultBodyLimit::disable());
+    Router::new()
+        .merge(control::routes())
+        .merge(rpc)
+        .merge(files)
+        .route("/health", get(health))
+        .merge(code::routes())
+        .with_state(st)
+}
+
+/// envd's health probe: the SDKs ask it after a failed request to tell a dead sandbox from
+/// a network problem.
+async fn health(_sb: At<ENVD_PORT>) -> StatusCode {
+    StatusCode::NO_CONTENT
+}
+
+/// An error in the shape of E2B's REST answers: `{"code": <status>, "message": …}`.
+#[derive(Debug)]
+pub struct RestError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl RestError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> RestError {
+        RestError { status, message: message.into() }
+    }
+
+    /// What E2B's proxy answers for a sandbox that does not exist (any more).
+    fn sandbox_gone(id: &str) -> RestError {
+        RestError::new(StatusCode::BAD_GATEWAY, format!("The sandbox {id} was not found"))
+    }
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "code": self.status.as_u16(), "message": self.message });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+impl From<Error> for RestError {
+    fn from(e: Error) -> RestError {
+        use glovebox_proto::agent::ErrorCode as C;
+        let status = match &e {
+            Error::Invalid(_) => StatusCode::BAD_REQUEST,
+            Error::SandboxNotFound(id) | Error::Gone { id, .. } => return RestError::sandbox_gone(id),
+            Error::NotFound { .. } => StatusCode::NOT_FOUND,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::File { code, .. } => match code {
+                C::NotFound => StatusCode::NOT_FOUND,
+                C::AlreadyExists | C::NotEmpty => StatusCode::CONFLICT,
+                C::PermissionDenied => StatusCode::FORBIDDEN,
+                C::NotADirectory | C::IsADirectory | C::InvalidArgument | C::SpawnFailed => StatusCode::BAD_REQUEST,
+                C::NoSpace => StatusCode::INSUFFICIENT_STORAGE,
+                C::Protocol | C::Io => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            Error::Start(_) | Error::Agent(_) | Error::Internal(_) => {
+                tracing::warn!("e2b: {e}");
+                return RestError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error (see the daemon log)");
+            }
+        };
+        RestError::new(status, e.to_string())
+    }
+}
+
+/// Checks the control plane's `X-API-Key` (or `Authorization: Bearer`) against the
+/// daemon's key. The one place the E2B surface decides who may manage sandboxes.
+fn check_api_key(st: &E2b, h: &HeaderMap) -> Result<(), RestError> {
+    let given = h
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| h.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")));
+    match given {
+        Some(k) if constant_time_eq(k.trim().as_bytes(), st.app.api_key.as_bytes()) => Ok(()),
+        Some(_) => Err(RestError::new(StatusCode::UNAUTHORIZED, "Invalid API key")),
+        None => Err(RestError::new(StatusCode::UNAUTHORIZED, "Missing API key (send X-API-Key)")),
+    }
+}
+
+/// A request to a sandbox's port `PORT`: the live sandbox, after the token check.
+pub struct At<const PORT: u16>(pub Arc<Sb>);
+
+impl<const PORT: u16> FromRequestParts<E2b> for At<PORT> {
+    type Rejection = RestError;
+
+    async fn from_request_parts(parts: &mut Parts, st: &E2b) -> Result<Self, Self::Rejection> {
+        let h = &parts.headers;
+        let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::trim);
+        let Some(id) = header("e2b-sandbox-id") else {
+            return Err(RestError::new(StatusCode::BAD_REQUEST, "missing E2b-Sandbox-Id header"));
+        };
+        let port = header("e2b-sandbox-port").and_then(|p| p.parse::<u16>().ok()).unwrap_or(ENVD_PORT);
+        let sb = st.app.manager.get(id).map_err(|_| RestError::sandbox_gone(id))?;
+        if port != PORT {
+            return Err(RestError::new(
+                StatusCode::BAD_GATEWAY,
+                format!("The sandbox {id} is running but port {port} is not open for this request"),
+            ));
+        }
+        check_sandbox_token(st, id, h, PORT)?;
+        Ok(At(sb))
+    }
+}
+
+/// Checks a sandbox request's access token. The code-interpreter SDK sends the envd token
+/// on some calls and the traffic token on others; both are the sandbox's one token here.
+fn check_sandbox_token(st: &E2b, id: &str, h: &HeaderMap, port: u16) -> Result<(), RestError> {
+    let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::trim);
+    let mut given = vec![get("x-access-token")];
+    if port == JUPYTER_PORT {
+        given.push(get("e2b-traffic-access-token"));
+    }
+    if given.iter().flatten().any(|t| st.token_is(id, t)) {
+        return Ok(());
+    }
+    Err(RestError::new(StatusCode::UNAUTHORIZED, "missing or invalid sandbox access token (X-Access-Token)"))
+}
+
+/// A user path as E2B means it: relative paths are relative to the default user's home.
+/// (A string on the sandbox's side; the agent resolves it inside the sandbox.)
+fn sandbox_path(p: &str) -> String {
+    if p.starts_with('/') {
+        p.to_string()
+    } else if p.is_empty() {
+        HOME.to_string()
+    } else {
+        format!("{HOME}/{p}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_are_under_home() {
+        assert_eq!(sandbox_path("/etc/x"), "/etc/x");
+        assert_eq!(sandbox_path("data.csv"), "/home/user/data.csv");
+        assert_eq!(sandbox_path(""), "/home/user");
+    }
+
+    #[test]
+    fn gone_sandboxes_answer_like_the_proxy() {
+        let e = RestError::from(Error::SandboxNotFound("abc".into()));
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        assert!(e.message.contains("was not found"));
+    }
+}
