@@ -53,9 +53,9 @@ struct Execute {
     env_vars: Option<BTreeMap<String, String>>,
 }
 
-/// Microseconds since the epoch (E2B's output timestamps).
-fn now_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+/// Nanoseconds since the epoch (E2B's output timestamps).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
 /// A MIME bundle as E2B's `Result`: well-known types by short name, the rest in `extra`.
@@ -92,8 +92,8 @@ fn result(r: CodeResult) -> Value {
 /// One Glovebox stream line as E2B's.
 fn line(l: CodeStreamLine) -> Value {
     match l {
-        CodeStreamLine::Stdout { text } => json!({ "type": "stdout", "text": text, "timestamp": now_us() }),
-        CodeStreamLine::Stderr { text } => json!({ "type": "stderr", "text": text, "timestamp": now_us() }),
+        CodeStreamLine::Stdout { text } => json!({ "type": "stdout", "text": text, "timestamp": now_ns() }),
+        CodeStreamLine::Stderr { text } => json!({ "type": "stderr", "text": text, "timestamp": now_ns() }),
         CodeStreamLine::Result(r) => result(r),
         CodeStreamLine::Error(e) => {
             json!({ "type": "error", "name": e.name, "value": e.value, "traceback": e.traceback })

@@ -1,0 +1,93 @@
+"""Sandbox lifecycle through the official `e2b` SDK: create (with timeout, envs, metadata),
+list by metadata, connect, set_timeout, get_info, kill, a sandbox that ends at its timeout,
+unknown templates, bad API keys, and sandbox access tokens."""
+
+import time
+import uuid
+
+import httpx
+from e2b import (
+    AuthenticationException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+    SandboxNotRunningException,
+    TimeoutException,
+)
+
+from checks import check, done, env, poll, raises
+
+url = env("E2B_API_URL")
+run = uuid.uuid4().hex[:8]
+
+plain = Sandbox.create()
+check("create() gives an id", len(plain.sandbox_id) > 8, plain.sandbox_id)
+check("a fresh sandbox runs commands", plain.commands.run("echo hi").stdout == "hi\n")
+check("is_running", plain.is_running())
+
+sb = Sandbox.create(timeout=120, envs={"GREETING": "hello e2b"}, metadata={"run": run, "role": "main"})
+check("create(envs=…) reaches commands", sb.commands.run("echo $GREETING").stdout.strip() == "hello e2b")
+other = Sandbox.create(timeout=60, metadata={"run": run, "role": "other"})
+
+ids = lambda q: {s.sandbox_id for s in Sandbox.list(query=q).next_items()}  # noqa: E731
+from e2b.sandbox.sandbox_api import SandboxQuery  # noqa: E402
+
+check("list() filters by metadata", ids(SandboxQuery(metadata={"run": run})) == {sb.sandbox_id, other.sandbox_id})
+check("list() filters by two keys", ids(SandboxQuery(metadata={"run": run, "role": "main"})) == {sb.sandbox_id})
+check("list() filter with no match", ids(SandboxQuery(metadata={"run": "nope " + run})) == set())
+listed = [s for s in Sandbox.list(query=SandboxQuery(metadata={"run": run})).next_items() if s.sandbox_id == sb.sandbox_id][0]
+check("listed metadata", listed.metadata == {"run": run, "role": "main"}, listed.metadata)
+check("listed state", str(listed.state).lower().endswith("running"), listed.state)
+
+info = sb.get_info()
+check("get_info metadata", info.metadata == {"run": run, "role": "main"})
+end1 = info.end_at
+sb.set_timeout(600)
+end2 = sb.get_info().end_at
+check("set_timeout moves the end", (end2 - end1).total_seconds() > 400, f"{end1} -> {end2}")
+
+again = Sandbox.connect(sb.sandbox_id)
+check("connect(id) reaches the same sandbox", again.commands.run("echo $GREETING").stdout.strip() == "hello e2b")
+again.files.write("/tmp/from-connect", "x")
+check("connect shares files", sb.files.read("/tmp/from-connect") == "x")
+
+raises("connect(unknown id) -> NotFoundException", NotFoundException, Sandbox.connect, "nosuchsandbox0000")
+raises("get_info(unknown id) -> NotFoundException", NotFoundException, Sandbox.get_info, "nosuchsandbox0000")
+check("kill(unknown id) is False", Sandbox.kill("nosuchsandbox0000") is False)
+
+e = raises("unknown template -> SandboxException", SandboxException, Sandbox.create, "no-such-template-" + run)
+check("unknown template says 404 not found", "404" in str(e) and "not found" in str(e), str(e))
+raises("a wrong API key -> AuthenticationException", AuthenticationException, Sandbox.create, api_key="e2b_wrong")
+raises("list with a wrong key -> AuthenticationException", AuthenticationException,
+       lambda: Sandbox.list(api_key="e2b_wrong").next_items())
+
+# The in-sandbox API wants the sandbox's own access token.
+hdr = {"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983", "Content-Type": "application/json"}
+r = httpx.post(f"{url}/filesystem.Filesystem/Stat", json={"path": "/"}, headers=hdr)
+check("envd without a token is 401", r.status_code == 401, r.status_code)
+r = httpx.post(f"{url}/filesystem.Filesystem/Stat", json={"path": "/"}, headers={**hdr, "X-Access-Token": "wrong"})
+check("envd with a wrong token is 401", r.status_code == 401, r.status_code)
+r = httpx.post(f"{url}/filesystem.Filesystem/Stat", json={"path": "/"},
+               headers={**hdr, "X-Access-Token": sb._envd_access_token})
+check("envd with the token works", r.status_code == 200 and r.json()["entry"]["type"] == "FILE_TYPE_DIRECTORY", r.text)
+
+check("kill() is True", sb.kill() is True)
+check("a killed sandbox is not listed", sb.sandbox_id not in ids(SandboxQuery(metadata={"run": run})))
+raises("get_info after kill -> NotFoundException", NotFoundException, Sandbox.get_info, sb.sandbox_id)
+raises("commands after kill -> SandboxNotRunningException", SandboxNotRunningException,
+       again.commands.run, "echo hi")
+check("is_running after kill", again.is_running() is False)
+other.kill()
+plain.kill()
+
+# A sandbox really ends at its timeout.
+short = Sandbox.create(timeout=3, metadata={"run": run, "role": "short"})
+check("a short sandbox runs", short.commands.run("echo up").stdout == "up\n")
+t0 = time.time()
+gone = poll(lambda: short.sandbox_id not in ids(SandboxQuery(metadata={"run": run})), 20)
+check("the sandbox is gone at its timeout", gone, f"after {time.time() - t0:.1f}s")
+check("it lived about its timeout", time.time() - t0 < 15, f"{time.time() - t0:.1f}s")
+raises("get_info after the timeout -> NotFoundException", NotFoundException, Sandbox.get_info, short.sandbox_id)
+raises("commands after the timeout -> TimeoutException", TimeoutException, short.commands.run, "echo hi")
+
+done("lifecycle")
