@@ -98,7 +98,7 @@ impl From<Error> for RpcError {
             Error::SandboxNotFound(_) | Error::Gone { .. } => Code::Unavailable,
             Error::NotFound { .. } => Code::NotFound,
             Error::Conflict(_) => Code::FailedPrecondition,
-            Error::Unavailable(_) => Code::ResourceExhausted,
+            Error::Unavailable(_) | Error::Quota(_) => Code::ResourceExhausted,
             Error::File { code, .. } => match code {
                 C::NotFound => Code::NotFound,
                 C::AlreadyExists => Code::AlreadyExists,

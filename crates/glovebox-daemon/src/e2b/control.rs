@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::{check_api_key, E2b, RestError, ENVD_VERSION};
 use crate::error::Error;
+use crate::tenants::Caller;
 use crate::util::rfc3339;
 
 /// E2B's name for "every IPv4 address" in allow and deny lists.
@@ -49,6 +50,15 @@ fn cp_error(e: Error) -> RestError {
         }
         e => RestError::from(e),
     }
+}
+
+/// Checks the key and that its caller may address sandbox `id` (someone else's sandbox is
+/// answered like one that never existed).
+fn caller_for(st: &E2b, h: &HeaderMap, id: &str) -> Result<Caller, RestError> {
+    let caller = check_api_key(st, h)?;
+    crate::api::authorize(&st.app.manager, &caller, id)
+        .map_err(|_| cp_error(Error::SandboxNotFound(id.to_string())))?;
+    Ok(caller)
 }
 
 /// A JSON body, with E2B's 400 shape for a malformed one.
@@ -176,7 +186,7 @@ fn listed(s: &Sandbox) -> Value {
 }
 
 async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    let caller = check_api_key(&st, &h)?;
     let req: NewSandbox = body(&b)?;
     if req.auto_pause == Some(true) {
         return Err(RestError::new(StatusCode::BAD_REQUEST, "pausing sandboxes is not supported by Glovebox"));
@@ -196,7 +206,7 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         metadata: req.metadata.unwrap_or_default(),
         network,
     };
-    let sb = st.app.manager.create(create).await.map_err(cp_error)?;
+    let sb = st.app.manager.create_for(&caller.tenant, create).await.map_err(cp_error)?;
     Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())
 }
 
@@ -240,7 +250,7 @@ async fn list(
     h: HeaderMap,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    let caller = check_api_key(&st, &h)?;
     let filters = q.get("metadata").map(|m| metadata_filter(m)).unwrap_or_default();
     let states_ok = q.get("state").is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
     let template = q.get("template").map(|t| template_name(t).to_string());
@@ -248,7 +258,7 @@ async fn list(
     let mut out: Vec<Value> = st
         .app
         .manager
-        .list()
+        .list_for(&caller)
         .iter()
         .filter(|_| states_ok)
         .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
@@ -263,7 +273,7 @@ async fn list(
 }
 
 async fn get_one(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    caller_for(&st, &h, &id)?;
     let s = st.app.manager.get(&id).map_err(cp_error)?.view();
     let mut v = listed(&s);
     v["envdAccessToken"] = json!(st.token_for(&s.id));
@@ -273,7 +283,7 @@ async fn get_one(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) ->
 }
 
 async fn kill(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    caller_for(&st, &h, &id)?;
     st.app.manager.get(&id).map_err(cp_error)?;
     st.app.manager.destroy(&id, EndReason::Killed).await;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -291,7 +301,7 @@ async fn set_timeout(
     Path(id): Path<String>,
     b: Bytes,
 ) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    caller_for(&st, &h, &id)?;
     let t: Timeout = body(&b)?;
     let Some(secs) = t.timeout else {
         return Err(RestError::new(StatusCode::BAD_REQUEST, "timeout is required"));
@@ -303,7 +313,7 @@ async fn set_timeout(
 /// `connect`: the sandbox's connection details; a `timeout` longer than what is left
 /// extends its life (never shortens it, as in E2B).
 async fn connect(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    caller_for(&st, &h, &id)?;
     let t: Timeout = body(&b)?;
     let mut s = st.app.manager.get(&id).map_err(cp_error)?.view();
     if let Some(secs) = t.timeout {
@@ -322,7 +332,7 @@ async fn set_network(
     Path(id): Path<String>,
     b: Bytes,
 ) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    caller_for(&st, &h, &id)?;
     let n: NetworkConfig = body(&b)?;
     let np = policy(n.allow_internet_access, Some(&n))?;
     st.app.manager.set_network(&id, np).await.map_err(cp_error)?;
@@ -330,7 +340,7 @@ async fn set_network(
 }
 
 async fn metrics(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
-    check_api_key(&st, &h)?;
+    caller_for(&st, &h, &id)?;
     let sb = st.app.manager.get(&id).map_err(cp_error)?;
     let m = sb.metrics();
     let now = std::time::SystemTime::now();

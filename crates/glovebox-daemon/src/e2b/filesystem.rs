@@ -333,8 +333,11 @@ where
         if !self.in_part {
             return Ok(None);
         }
+        // Where a delimiter could still start (earlier bytes were searched already), so
+        // a body arriving in tiny pieces costs linear time, not quadratic.
+        let mut from = 0;
         loop {
-            if let Some(i) = find(&self.buf, &self.delim) {
+            if let Some(i) = find(&self.buf[from..], &self.delim).map(|i| i + from) {
                 if i == 0 {
                     self.in_part = false;
                     return Ok(None);
@@ -348,6 +351,7 @@ where
                 let data: Vec<u8> = self.buf.drain(..safe).collect();
                 return Ok(Some(Bytes::from(data)));
             }
+            from = safe;
             if !self.fill().await? {
                 return Err(bad("ends inside a part"));
             }

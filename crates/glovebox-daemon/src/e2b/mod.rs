@@ -35,6 +35,7 @@ use axum::Router;
 use crate::api::AppState;
 use crate::error::Error;
 use crate::manager::Sb;
+use crate::tenants::Caller;
 use crate::util::{constant_time_eq, random_token};
 
 /// The port the SDKs address envd (commands, files) at.
@@ -130,6 +131,7 @@ impl From<Error> for RestError {
             Error::NotFound { .. } => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::File { code, .. } => match code {
                 C::NotFound => StatusCode::NOT_FOUND,
                 C::AlreadyExists | C::NotEmpty => StatusCode::CONFLICT,
@@ -147,16 +149,17 @@ impl From<Error> for RestError {
     }
 }
 
-/// Checks the control plane's `X-API-Key` (or `Authorization: Bearer`) against the
-/// daemon's key. The one place the E2B surface decides who may manage sandboxes.
-fn check_api_key(st: &E2b, h: &HeaderMap) -> Result<(), RestError> {
-    let given = h
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| h.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")));
-    match given {
-        Some(k) if constant_time_eq(k.trim().as_bytes(), st.app.api_key.as_bytes()) => Ok(()),
-        Some(_) => Err(RestError::new(StatusCode::UNAUTHORIZED, "Invalid API key")),
+/// Resolves the control plane's `X-API-Key` (or `Authorization: Bearer`) to its caller
+/// (a tenant's key, or the daemon's admin key). The one place the E2B surface decides who
+/// may manage sandboxes.
+fn check_api_key(st: &E2b, h: &HeaderMap) -> Result<Caller, RestError> {
+    match crate::api::presented_key(h) {
+        Some(k) => st
+            .app
+            .manager
+            .tenants
+            .authenticate(k.trim())
+            .ok_or_else(|| RestError::new(StatusCode::UNAUTHORIZED, "Invalid API key")),
         None => Err(RestError::new(StatusCode::UNAUTHORIZED, "Missing API key (send X-API-Key)")),
     }
 }

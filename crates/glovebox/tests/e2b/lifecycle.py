@@ -71,6 +71,19 @@ r = httpx.post(f"{url}/filesystem.Filesystem/Stat", json={"path": "/"},
                headers={**hdr, "X-Access-Token": sb._envd_access_token})
 check("envd with the token works", r.status_code == 200 and r.json()["entry"]["type"] == "FILE_TYPE_DIRECTORY", r.text)
 
+# A tenant's key (made with the native API) sees only its own sandboxes.
+admin = env("E2B_API_KEY")
+r = httpx.post(f"{url}/v1/keys", json={"tenant": "e2b-" + run}, headers={"Authorization": f"Bearer {admin}"})
+check("a tenant key is made", r.status_code == 201, r.text)
+tkey = r.json()["key"]
+mine = Sandbox.create(api_key=tkey, timeout=60, metadata={"run": run, "role": "tenant"})
+check("a tenant's list shows only its sandboxes",
+      {s.sandbox_id for s in Sandbox.list(api_key=tkey).next_items()} == {mine.sandbox_id})
+raises("a tenant cannot connect to another's sandbox", NotFoundException, Sandbox.connect, sb.sandbox_id, api_key=tkey)
+check("a tenant cannot kill another's sandbox", Sandbox.kill(sb.sandbox_id, api_key=tkey) is False)
+check("the admin key sees the tenant's sandbox", mine.sandbox_id in ids(SandboxQuery(metadata={"run": run})))
+mine.kill()
+
 check("kill() is True", sb.kill() is True)
 check("a killed sandbox is not listed", sb.sandbox_id not in ids(SandboxQuery(metadata={"run": run})))
 raises("get_info after kill -> NotFoundException", NotFoundException, Sandbox.get_info, sb.sandbox_id)
