@@ -9,7 +9,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use glovebox_proto::api::{CreateSandbox, EndReason, NetworkMode, NetworkPolicy, Sandbox, DEFAULT_TIMEOUT_S};
+use glovebox_proto::api::{
+    AllowRule, CreateSandbox, EndReason, NetworkMode, NetworkPolicy, Sandbox, DEFAULT_TIMEOUT_S,
+};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -141,7 +143,7 @@ fn policy(internet: Option<bool>, net: Option<&NetworkConfig>) -> Result<Network
     } else if allow.iter().any(|a| a == ALL_TRAFFIC) {
         NetworkPolicy { mode: NetworkMode::AllowAll, allow: Vec::new(), deny }
     } else {
-        NetworkPolicy { mode: NetworkMode::AllowList, allow, deny }
+        NetworkPolicy { mode: NetworkMode::AllowList, allow: allow.into_iter().map(AllowRule::from).collect(), deny }
     };
     glovebox_proto::policy::parse(&np).map_err(|e| RestError::new(StatusCode::BAD_REQUEST, e))?;
     Ok(np)
@@ -153,7 +155,15 @@ fn network_view(np: &NetworkPolicy) -> Value {
     if np.mode != NetworkMode::AllowAll {
         deny.insert(0, ALL_TRAFFIC.to_string());
     }
-    json!({ "allowOut": np.allow, "denyOut": deny })
+    let allow: Vec<&str> = np
+        .allow
+        .iter()
+        .map(|r| match r {
+            AllowRule::Rule(s) => s.as_str(),
+            AllowRule::Domain(d) => d.domain.as_str(),
+        })
+        .collect();
+    json!({ "allowOut": allow, "denyOut": deny })
 }
 
 /// The body create and connect answer with.
@@ -384,7 +394,7 @@ mod tests {
         assert_eq!((all.mode, all.deny.clone()), (NetworkMode::AllowAll, vec!["198.51.100.0/24".to_string()]));
         let only = policy(None, Some(&net(&["203.0.113.10", "api.good.test"], &[ALL_TRAFFIC]))).unwrap();
         assert_eq!(only.mode, NetworkMode::AllowList);
-        assert_eq!(only.allow, vec!["203.0.113.10".to_string(), "api.good.test".to_string()]);
+        assert_eq!(only.allow, vec![AllowRule::from("203.0.113.10"), AllowRule::from("api.good.test")]);
         assert!(only.deny.is_empty());
         let closed = policy(Some(false), Some(&net(&["203.0.113.10"], &[]))).unwrap();
         assert_eq!(closed.mode, NetworkMode::AllowList);
