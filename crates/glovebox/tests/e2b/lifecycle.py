@@ -39,6 +39,9 @@ listed = [s for s in Sandbox.list(query=SandboxQuery(metadata={"run": run})).nex
 check("listed metadata", listed.metadata == {"run": run, "role": "main"}, listed.metadata)
 check("listed state", str(listed.state).lower().endswith("running"), listed.state)
 
+metrics = sb.get_metrics()
+check("get_metrics", len(metrics) == 1 and metrics[0].mem_total > 0 and metrics[0].cpu_count >= 1, metrics)
+
 info = sb.get_info()
 check("get_info metadata", info.metadata == {"run": run, "role": "main"})
 end1 = info.end_at
