@@ -67,7 +67,11 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/files/rename", post(rename))
         .route("/secrets", get(secrets::list).post(secrets::create))
         .route("/secrets/{name}", get(secrets::show).put(secrets::put).delete(secrets::delete))
+        .route("/sandboxes/{id}/keepalive", post(keepalive))
+        .route("/sandboxes/{id}/events", get(crate::events::of_sandbox))
+        .route("/events", get(crate::events::all))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .route_layer(middleware::from_fn_with_state(state.clone(), crate::idle::track))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     let prom = Router::new()
         .route("/metrics", get(prometheus))
@@ -387,7 +391,9 @@ async fn exec(
 ) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     if req.background {
+        let cmd = req.cmd.clone();
         let started = ops::exec_background(&st.manager, &sb, req).await?;
+        crate::records::watch_background(st.manager.clone(), sb.clone(), started.id, cmd);
         return Ok(json(StatusCode::ACCEPTED, &started));
     }
     if wants_ndjson(&headers) {
@@ -398,6 +404,12 @@ async fn exec(
             .map_err(|e| ApiError::from(Error::Internal(e.to_string())));
     }
     Ok(json(StatusCode::OK, &ops::exec(&st.manager, &sb, req).await?))
+}
+
+async fn keepalive(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    sb.activity.touch();
+    Ok(json(StatusCode::OK, &sb.view()))
 }
 
 async fn commands(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
@@ -418,8 +430,19 @@ async fn command(
     Path((id, cid)): Path<(String, u64)>,
     Query(q): Query<CommandQuery>,
 ) -> ApiResult<Response> {
-    let sb = st.manager.get(&id)?;
-    Ok(json(StatusCode::OK, &ops::command_result(&st.manager, &sb, cid, q.wait, q.encoding).await?))
+    // A record outlives the agent's memory of the command, and the sandbox.
+    let stored = || crate::records::stored_result(&st.manager, &id, cid, q.encoding);
+    let sb = match st.manager.get(&id) {
+        Ok(sb) => sb,
+        Err(e) => return stored().map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into()),
+    };
+    match ops::command_result(&st.manager, &sb, cid, q.wait, q.encoding).await {
+        Ok(r) => Ok(json(StatusCode::OK, &r)),
+        Err(e @ (Error::NotFound { .. } | Error::Gone { .. })) => {
+            stored().map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn signal(

@@ -2,16 +2,20 @@
 //! sandbox's agent, and the HTTP API. The `glovebox` binary runs it (`glovebox serve`) or
 //! embeds it (`glovebox run` without a daemon).
 
+pub mod adopt;
 pub mod api;
 pub mod broker;
 pub mod code;
 pub mod e2b;
 pub mod egress;
 pub mod error;
+pub mod events;
+pub mod idle;
 pub mod manager;
 pub mod metrics;
 pub mod net;
 pub mod ops;
+pub mod records;
 pub mod secrets;
 pub mod server;
 pub mod slots;

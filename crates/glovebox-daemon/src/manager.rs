@@ -44,6 +44,11 @@ pub struct Config {
     pub warm_pool: usize,
     /// Where built templates live (default `<data_dir>/templates`).
     pub templates_dir: PathBuf,
+    /// Re-adopt, at start, the intact sandboxes a previous daemon on this data dir left
+    /// (`glovebox serve`); off for embedded runs, whose sandboxes end with them.
+    pub adopt: bool,
+    /// How long command records and ended sandboxes' records are kept.
+    pub retention: Duration,
 }
 
 impl Config {
@@ -54,6 +59,8 @@ impl Config {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             defaults: Limits::default(),
             warm_pool: 0,
+            adopt: false,
+            retention: Duration::from_secs(24 * 3600),
             templates_dir: std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| data_dir.join("templates")),
@@ -96,17 +103,17 @@ fn prepare_run_dir(dir: &Path) -> Result<()> {
 }
 
 pub struct Manager {
-    cfg: Config,
-    cgroups: Box<dyn CgroupDriver>,
-    slots: Slots,
+    pub(crate) cfg: Config,
+    pub(crate) cgroups: Box<dyn CgroupDriver>,
+    pub(crate) slots: Slots,
     skel: PathBuf,
-    live: RwLock<HashMap<String, Arc<Sb>>>,
+    pub(crate) live: RwLock<HashMap<String, Arc<Sb>>>,
     gone: Mutex<(HashMap<String, EndReason>, VecDeque<String>)>,
     /// Booted, never-used sandboxes with the default limits (see `Config::warm_pool`).
     pool: Mutex<Vec<Booted>>,
     pool_filling: std::sync::atomic::AtomicUsize,
     pub metrics: crate::metrics::Metrics,
-    net: Arc<crate::net::Net>,
+    pub(crate) net: Arc<crate::net::Net>,
     /// Persistent state (`<data_dir>/glovebox.db`).
     pub store: Arc<crate::store::Store>,
     /// API keys, tenants, quotas (see `tenants`).
@@ -115,6 +122,7 @@ pub struct Manager {
     pub ended_usage: crate::usage::Ledger,
     /// Host-side secrets that brokered headers reference (values never leave the daemon).
     pub secrets: Arc<crate::secrets::SecretStore>,
+    pub events: Arc<crate::events::Events>,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -153,7 +161,7 @@ impl Booted {
 }
 
 /// Whether a process still runs (a pidfd becomes readable when it exits).
-fn pidfd_alive(fd: Option<&std::os::fd::OwnedFd>) -> bool {
+pub(crate) fn pidfd_alive(fd: Option<&std::os::fd::OwnedFd>) -> bool {
     use rustix::event::{poll, PollFd, PollFlags};
     match fd {
         Some(fd) => {
@@ -173,30 +181,35 @@ pub struct Sb {
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
     /// The policy in force (replaceable live), and whether the sandbox has its link.
-    network: Mutex<(NetworkPolicy, bool)>,
-    dns_stop: Arc<Notify>,
+    pub(crate) network: Mutex<(NetworkPolicy, bool)>,
+    pub(crate) dns_stop: Arc<Notify>,
     /// Name-based egress state: resolver, proxy, audit.
     pub egress: Arc<crate::egress::Egress>,
     /// Environment the trust store adds to every command once the sandbox has a CA.
-    trust_env: Mutex<BTreeMap<String, String>>,
+    pub(crate) trust_env: Mutex<BTreeMap<String, String>>,
     pub pid: i32,
+    /// PID 1's start time (`/proc/PID/stat`), which with the pid names it across restarts.
+    pub pid_start: u64,
     /// A pidfd of the agent (PID 1): signals and waits cannot hit a recycled pid.
-    pidfd: Option<std::os::fd::OwnedFd>,
-    socket: PathBuf,
-    dir: PathBuf,
-    cgroup: Box<dyn Cgroup>,
-    deadline: Mutex<(Instant, SystemTime)>,
-    clock: Notify,
+    pub(crate) pidfd: Option<std::os::fd::OwnedFd>,
+    pub(crate) socket: PathBuf,
+    pub(crate) dir: PathBuf,
+    pub(crate) cgroup: Box<dyn Cgroup>,
+    pub(crate) deadline: Mutex<(Instant, SystemTime)>,
+    pub(crate) clock: Notify,
+    /// For the idle clock (`idle_timeout`).
+    pub activity: Arc<crate::idle::Activity>,
+    pub idle_timeout: Option<Duration>,
     /// Code contexts (language kernels).
     pub kernels: crate::code::Kernels,
     /// The previous CPU sample (for `cpu_percent`).
-    cpu_sample: Mutex<(Instant, u64)>,
+    pub(crate) cpu_sample: Mutex<(Instant, u64)>,
     /// Modules the template's python kernels preload.
     pub preload: Option<String>,
     /// The tenant that owns it (see `tenants`).
     pub tenant: String,
     pub meter: crate::usage::Meter,
-    _slot: Slot,
+    pub(crate) _slot: Slot,
 }
 
 impl Sb {
@@ -223,6 +236,20 @@ impl Sb {
             metadata: self.metadata.clone(),
             network: lock(&self.network).0.clone(),
             end_reason: None,
+            idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+        }
+    }
+
+    /// The sandbox's configuration as the store keeps it.
+    pub(crate) fn config(&self) -> crate::store::SandboxConfig {
+        crate::store::SandboxConfig {
+            limits: self.limits.clone(),
+            metadata: self.metadata.clone(),
+            env: self.env.clone(),
+            network: lock(&self.network).0.clone(),
+            idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+            preload: self.preload.clone(),
+            tenant: Some(self.tenant.clone()),
         }
     }
 
@@ -276,12 +303,12 @@ impl Sb {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Poisoning only follows a panic while holding the lock; the maps stay consistent.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+pub(crate) fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::Internal(format!("{what}: {e}"))
 }
 
@@ -304,7 +331,16 @@ impl Manager {
         let slots = Slots::new(&cfg.run_dir.join("slots")).map_err(internal("slots dir"))?;
         fs::set_permissions(cfg.run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
-        let store = crate::store::Store::open(&cfg.data_dir).map_err(|e| Error::Internal(format!("store: {e}")))?;
+        let store = match crate::store::Store::open(&cfg.data_dir) {
+            Ok(s) => s,
+            Err(e @ crate::store::StoreError::TooNew(..)) => return Err(Error::Internal(format!("store: {e}"))),
+            // E.g. a full disk: serve anyway, loudly, rather than not at all.
+            Err(e) => {
+                tracing::error!("store: {e}; running without persistent state (nothing survives a restart)");
+                crate::store::Store::open_in_memory().map_err(|e| Error::Internal(format!("store: {e}")))?
+            }
+        };
+        let store = Arc::new(store);
         let cgroups = cgroup::detect(&cfg.cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
         // Each process sharing the data dir gets its own skeleton copy, so one daemon's
         // start never replaces the tree under another's running sandboxes.
@@ -327,18 +363,20 @@ impl Manager {
             pool_filling: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Metrics::default(),
             net: Arc::new(crate::net::Net::new()),
-            store: Arc::new(store),
             tenants: Arc::new(crate::tenants::Tenants::new()),
             ended_usage: crate::usage::Ledger::default(),
             secrets: Arc::new(
                 crate::secrets::SecretStore::open(&cfg.data_dir).map_err(|e| Error::Internal(e.to_string()))?,
             ),
             cfg,
+            events: Arc::new(crate::events::Events::new(store.clone())),
+            store,
         });
         m.tenants.attach_store(m.store.clone())?;
         m.ended_usage.attach(m.store.clone())?;
         m.reconcile();
         m.spawn_sampler();
+        crate::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
         m.refill_pool();
         Ok(m)
     }
@@ -347,13 +385,17 @@ impl Manager {
         &self.cfg
     }
 
-    /// Cleans up sandboxes whose owner died (their uid slot is no longer locked): kills their
-    /// processes, removes their cgroups and directories. Sandboxes of other live processes
-    /// sharing the data dir are left alone.
-    fn reconcile(&self) {
+    /// Re-adopts the intact sandboxes a previous daemon on this data dir left (see `adopt`)
+    /// and cleans up every other sandbox whose owner died (its uid slot is no longer locked):
+    /// kills its processes, removes its cgroups and directory, records why. Sandboxes of
+    /// other live processes sharing the run dir, and those another data dir's daemon will
+    /// adopt, are left alone.
+    fn reconcile(self: &Arc<Self>) {
+        let t0 = Instant::now();
+        let mut adopted = 0usize;
         let dir = self.cfg.run_dir.join("sandboxes");
-        let Ok(entries) = fs::read_dir(&dir) else { return };
-        for e in entries.flatten() {
+        let entries: Vec<_> = fs::read_dir(&dir).map(|rd| rd.flatten().collect()).unwrap_or_default();
+        for e in entries {
             let id = e.file_name().to_string_lossy().into_owned();
             let slot = fs::read_to_string(e.path().join("slot")).ok().and_then(|s| s.trim().parse::<u32>().ok());
             if let Some(n) = slot {
@@ -361,7 +403,15 @@ impl Manager {
                     continue;
                 }
             }
-            tracing::warn!(sandbox = %id, "cleaning up sandbox left by a previous daemon");
+            let why = match self.adopt_orphan(&id, &e.path(), slot) {
+                crate::adopt::Disposition::Adopted => {
+                    adopted += 1;
+                    continue;
+                }
+                crate::adopt::Disposition::NotOurs => continue,
+                crate::adopt::Disposition::Cleanup(why) => why,
+            };
+            tracing::warn!(sandbox = %id, "cleaning up sandbox left by a previous daemon: {why}");
             if let Ok(Some(cg)) = self.cgroups.open(&id) {
                 let _ = cg.kill_all();
                 if let Err(e) = cg.destroy() {
@@ -375,7 +425,20 @@ impl Manager {
                     drop(s);
                 }
             }
+            match self.store.sandbox(&id) {
+                // Ended before the crash (teardown interrupted): its reason stands.
+                Ok(Some(r)) if r.end_reason.is_some() => {}
+                Ok(Some(_)) => self.record_end(&id, EndReason::DaemonRestart, Some(&why)),
+                // Never handed out (a warm sandbox) or not this data dir's: only remembered.
+                _ => {
+                    let _ = self.store.end_sandbox(&id, EndReason::DaemonRestart, SystemTime::now());
+                }
+            }
             self.remember(&id, EndReason::DaemonRestart);
+        }
+        self.forget_vanished();
+        if adopted > 0 {
+            tracing::info!("re-adopted {adopted} sandboxes in {} ms", t0.elapsed().as_millis());
         }
         // Slot files naming a sandbox that has no directory (a crash between taking the slot
         // and making the directory, or at the end of a teardown): free them.
@@ -412,14 +475,30 @@ impl Manager {
                 }
             }
         }
-        // Skeletons of processes that are gone.
+        self.reap_skeletons();
+    }
+
+    /// Removes the base skeletons of processes that are gone, unless a sandbox (adopted
+    /// after a restart) still has its root on one.
+    pub(crate) fn reap_skeletons(&self) {
+        let mut used = std::collections::HashSet::new();
+        if let Ok(rd) = fs::read_dir(self.cfg.run_dir.join("sandboxes")) {
+            for e in rd.flatten() {
+                if let Ok(p) = fs::read_to_string(e.path().join("skel")) {
+                    used.insert(PathBuf::from(p));
+                }
+            }
+        }
         if let Ok(entries) = fs::read_dir(self.cfg.run_dir.join("base")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if let Some(pid) =
                     name.strip_prefix("host-").and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok())
                 {
-                    if pid != std::process::id() as i32 && !Path::new(&format!("/proc/{pid}")).exists() {
+                    if pid != std::process::id() as i32
+                        && !Path::new(&format!("/proc/{pid}")).exists()
+                        && !used.contains(&e.path())
+                    {
                         let _ = fs::remove_dir_all(e.path());
                     }
                 }
@@ -445,9 +524,12 @@ impl Manager {
         if let Some(sb) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(id) {
             return Ok(sb.clone());
         }
-        match lock(&self.gone).0.get(id) {
-            Some(reason) => Err(Error::Gone { id: id.to_string(), reason: *reason }),
-            None => Err(Error::SandboxNotFound(id.to_string())),
+        if let Some(reason) = lock(&self.gone).0.get(id) {
+            return Err(Error::Gone { id: id.to_string(), reason: *reason });
+        }
+        match self.store.end_reason(id) {
+            Ok(Some(reason)) => Err(Error::Gone { id: id.to_string(), reason }),
+            _ => Err(Error::SandboxNotFound(id.to_string())),
         }
     }
 
@@ -474,7 +556,10 @@ impl Manager {
         if let Some(sb) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(id) {
             return Some(sb.tenant.clone());
         }
-        self.tenants.ended_owner(id).or_else(|| self.ended_usage.get(id).map(|u| u.tenant))
+        self.tenants
+            .ended_owner(id)
+            .or_else(|| self.ended_usage.get(id).map(|u| u.tenant))
+            .or_else(|| self.store.sandbox(id).ok().flatten().and_then(|r| r.config.tenant))
     }
 
     /// Metered use of a sandbox, live or ended.
@@ -592,6 +677,9 @@ impl Manager {
         if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
             return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
         }
+        if req.idle_timeout_s.is_some_and(|t| t == 0 || t > api::MAX_TIMEOUT_S) {
+            return Err(Error::Invalid(format!("idle_timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
+        }
         for (k, v) in &req.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
                 return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
@@ -627,6 +715,7 @@ impl Manager {
             egress: crate::egress::Egress::new(policy.clone(), self.secrets.clone(), tenant),
             trust_env: Mutex::new(BTreeMap::new()),
             pid: booted.pid,
+            pid_start: crate::store::proc_start_time(booted.pid).unwrap_or(0),
             pidfd: booted.pidfd,
             socket: booted.socket,
             dir: booted.dir,
@@ -635,13 +724,33 @@ impl Manager {
             clock: Notify::new(),
             kernels: booted.kernels,
             cpu_sample: Mutex::new((Instant::now(), 0)),
+            activity: Arc::default(),
+            idle_timeout: req.idle_timeout_s.map(Duration::from_secs),
             preload: tpl.preload.clone(),
             tenant: tenant.to_string(),
             meter: crate::usage::Meter::new(now, cpu_base),
             _slot: booted.slot,
         });
         admission.commit();
+        crate::adopt::write_owner(self, &sb.dir);
+        let rec = crate::store::SandboxRecord {
+            id: sb.id.clone(),
+            template: sb.template.clone(),
+            config: sb.config(),
+            created_at: sb.created_at,
+            deadline: crate::adopt::deadline_of(&sb),
+            slot: sb._slot.index,
+            pid: sb.pid,
+            pid_start: sb.pid_start,
+            state: crate::store::State::Running,
+            end_reason: None,
+            ended_at: None,
+        };
+        if let Err(e) = self.store.put_sandbox(&rec) {
+            tracing::error!(sandbox = %sb.id, "store sandbox: {e}");
+        }
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
+        self.events.record(&sb.id, api::EventKind::Created, None, None);
         self.watch(sb.clone());
         if policy.needs_link() {
             let r = match self.prepare(&sb, &policy).await {
@@ -787,6 +896,8 @@ impl Manager {
             fs::create_dir(&dir)?;
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
             fs::write(dir.join("slot"), slot.index.to_string())?;
+            // Which base skeleton its root uses (kept while it lives, across restarts).
+            fs::write(dir.join("skel"), self.skel.as_os_str().as_encoded_bytes())?;
             let mnt = dir.join("mnt");
             fs::create_dir(&mnt)?;
             fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
@@ -848,8 +959,8 @@ impl Manager {
         })
     }
 
-    /// The lifetime clock and the agent-death watch of one sandbox.
-    fn watch(self: &Arc<Self>, sb: Arc<Sb>) {
+    /// The lifetime clock, the idle clock and the agent-death watch of one sandbox.
+    pub(crate) fn watch(self: &Arc<Self>, sb: Arc<Sb>) {
         let this = self.clone();
         tokio::spawn(async move {
             let pidfd = sb.pidfd.as_ref().and_then(|fd| fd.try_clone().ok()).and_then(|fd| {
@@ -870,12 +981,43 @@ impl Manager {
             tokio::pin!(died);
             loop {
                 let deadline = lock(&sb.deadline).0;
+                // The idle check: at the end of the idle period since the last activity
+                // (or a second from now while something is busy).
+                let idle_at = sb.idle_timeout.map(|t| {
+                    let at = sb.activity.last() + t;
+                    if sb.activity.busy() {
+                        at.max(Instant::now() + Duration::from_secs(1))
+                    } else {
+                        at
+                    }
+                });
+                let idle_check = async {
+                    match idle_at {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                };
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline.into()) => {
                         if Instant::now() >= lock(&sb.deadline).0 {
                             this.destroy(&sb.id, EndReason::Timeout).await;
                             return;
                         }
+                    }
+                    _ = idle_check => {
+                        let Some(t) = sb.idle_timeout else { continue };
+                        if sb.activity.busy() || sb.activity.last().elapsed() < t {
+                            continue;
+                        }
+                        if crate::idle::commands_running(&this, &sb).await {
+                            sb.activity.touch();
+                            continue;
+                        }
+                        if sb.activity.busy() || sb.activity.last().elapsed() < t {
+                            continue; // a request came in while we asked
+                        }
+                        this.destroy(&sb.id, EndReason::Idle).await;
+                        return;
                     }
                     _ = sb.clock.notified() => continue,
                     _ = &mut died => {
@@ -893,7 +1035,7 @@ impl Manager {
     }
 
     /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
-    async fn link(&self, sb: &Arc<Sb>, policy: &glovebox_proto::policy::Policy) -> Result<()> {
+    pub(crate) async fn link(&self, sb: &Arc<Sb>, policy: &glovebox_proto::policy::Policy) -> Result<()> {
         let (slot, pid) = (sb._slot.index, sb.pid);
         let p = policy.clone();
         let net = self.net.clone();
@@ -932,7 +1074,7 @@ impl Manager {
     }
 
     /// Sets up what a policy needs beyond the link (the CA for brokering).
-    async fn prepare(&self, sb: &Arc<Sb>, policy: &glovebox_proto::policy::Policy) -> Result<()> {
+    pub(crate) async fn prepare(&self, sb: &Arc<Sb>, policy: &glovebox_proto::policy::Policy) -> Result<()> {
         if policy.brokers() {
             self.install_ca(sb).await?;
         }
@@ -959,6 +1101,9 @@ impl Manager {
         }
         sb.egress.set_policy(policy);
         lock(&sb.network).0 = np.redacted();
+        if let Err(e) = self.store.set_config(&sb.id, &sb.config()) {
+            tracing::error!(sandbox = %sb.id, "store network: {e}");
+        }
         Ok(sb)
     }
 
@@ -971,12 +1116,20 @@ impl Manager {
         let life = Duration::from_secs(timeout_s);
         *lock(&sb.deadline) = (Instant::now() + life, SystemTime::now() + life);
         sb.clock.notify_one();
+        if let Err(e) = self.store.set_deadline(&sb.id, crate::adopt::deadline_of(&sb)) {
+            tracing::error!(sandbox = %sb.id, "store deadline: {e}");
+        }
         Ok(sb)
     }
 
     /// Ends a sandbox for `reason`: kill everything, release everything, remember why.
     /// Returns false if it was not live.
     pub async fn destroy(&self, id: &str, reason: EndReason) -> bool {
+        self.destroy_because(id, reason, None).await
+    }
+
+    /// [`Manager::destroy`] with a detail for the event.
+    pub async fn destroy_because(&self, id: &str, reason: EndReason, detail: Option<&str>) -> bool {
         let sb = self.live.write().unwrap_or_else(|p| p.into_inner()).remove(id);
         let Some(sb) = sb else { return false };
         sb.meter.finish(sb.stats().as_ref());
@@ -985,6 +1138,9 @@ impl Manager {
         self.ended_usage.record(sb.usage());
         self.remember(id, reason);
         self.metrics.ended(reason);
+        self.record_end(id, reason, detail);
+        // What its agent still knows of its commands, before the kill.
+        crate::records::flush(self, &sb).await;
         sb.clock.notify_one();
         sb.dns_stop.notify_waiters();
         let sb2 = sb.clone();
@@ -1018,6 +1174,25 @@ impl Manager {
         }
         self.net.teardown_table();
         let _ = fs::remove_dir_all(&self.skel);
+        self.reap_skeletons();
+    }
+
+    /// Daemon shutdown that leaves every sandbox running for the next start to re-adopt:
+    /// only the warm pool (never handed out) is torn down. The firewall table stays, so
+    /// linked sandboxes stay filtered (cut off from the resolver and proxy) until then.
+    pub async fn leave_for_restart(&self) {
+        let pooled: Vec<Booted> = lock(&self.pool).drain(..).collect();
+        for b in pooled {
+            discard(b);
+        }
+        // Dropping a sandbox's handle frees its uid slot: forget them instead (the process
+        // is ending), so the slots stay taken for the next start to re-take.
+        let live: Vec<Arc<Sb>> =
+            self.live.write().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, sb)| sb).collect();
+        tracing::info!("leaving {} sandboxes running for the next start", live.len());
+        for sb in live {
+            std::mem::forget(sb);
+        }
     }
 
     /// One request to a sandbox's agent, answered by one reply.
@@ -1098,6 +1273,13 @@ fn kill_and_release(
     if let Some(fd) = pidfd {
         let _ = pidfd_send_signal(fd, Signal::KILL);
         reaped = waitid(WaitId::PidFd(std::os::fd::AsFd::as_fd(fd)), WaitIdOptions::EXITED).is_ok();
+        if !reaped {
+            // Not our child (adopted after a restart): wait, bounded, for it to exit.
+            let t = Instant::now();
+            while pidfd_alive(Some(fd)) && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
     }
     let destroyed = match cgroup.destroy() {
         Ok(()) => Ok(()),
@@ -1105,8 +1287,17 @@ fn kill_and_release(
             if !reaped {
                 tracing::debug!(sandbox = %id, "agent not reaped; killing the cgroup");
             }
-            let killed = cgroup.kill_all().map(drop).map_err(|e| format!("kill: {e}"));
-            killed.and(cgroup.destroy().map_err(|e| format!("cgroup: {e}")))
+            // Processes of a killed pid namespace take a moment to leave their cgroups.
+            let mut last = Err(String::new());
+            for _ in 0..50 {
+                let killed = cgroup.kill_all().map(drop).map_err(|e| format!("kill: {e}"));
+                last = killed.and(cgroup.destroy().map_err(|e| format!("cgroup: {e}")));
+                if last.is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            last
         }
     };
     let _ = fs::remove_dir_all(dir);

@@ -197,6 +197,7 @@ pub async fn exec(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<ExecResult> 
     let oom_before = sb.oom_kills();
     let (mut r, _w, spec, _) = start(m, sb, &req).await?;
     let (exit, out) = collect(m, sb, &mut r, spec.max_output_bytes, deadline(&spec)).await?;
+    crate::records::record(m, &sb.id, &spec.cmd, &exit, [&out[0], &out[1]]);
     let oom = sb.oom_kills() > oom_before;
     let res = result(exit, out, req.encoding, oom);
     count_command(m, &res, t.elapsed());
@@ -240,6 +241,7 @@ pub async fn exec_stream(
     tokio::spawn(async move {
         let _w = w; // keep our end open until the command ends
         let mut sent = [0u64; 2];
+        let mut kept: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
         let cap = spec.max_output_bytes;
         let end = async {
             loop {
@@ -253,6 +255,8 @@ pub async fn exec_stream(
                             continue;
                         }
                         sent[i] += b.len() as u64;
+                        let room = crate::records::KEPT.saturating_sub(kept[i].len());
+                        kept[i].extend_from_slice(&b[..b.len().min(room)]);
                         let data = encode(b, enc);
                         let l = if i == 0 { ExecStreamLine::Stdout { data } } else { ExecStreamLine::Stderr { data } };
                         if tx.send(line(&l)).await.is_err() {
@@ -276,6 +280,7 @@ pub async fn exec_stream(
         };
         let last = match r {
             Ok(e) => {
+                crate::records::record(&m, &sb.id, &spec.cmd, &e, [&kept[0], &kept[1]]);
                 let oom = sb.oom_kills() > oom_before;
                 let res = result(e, [Vec::new(), Vec::new()], enc, oom);
                 count_command(&m, &res, t0.elapsed());

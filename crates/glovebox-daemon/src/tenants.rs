@@ -270,6 +270,15 @@ impl Tenants {
         Ok(Admission { tenants: self.clone(), tenant: tenant.to_string(), limits: limits.clone(), armed: true })
     }
 
+    /// Counts a sandbox re-adopted after a daemon restart (no checks: it was admitted).
+    pub fn count_adopted(&self, tenant: &str, limits: &Limits) {
+        let mut all = lock(&self.in_use);
+        let u = all.entry(tenant.to_string()).or_default();
+        u.sandboxes += 1;
+        u.memory_mb += limits.memory_mb;
+        u.cpus += limits.cpus;
+    }
+
     /// Gives back the share of a sandbox that ended.
     pub fn release(&self, tenant: &str, limits: &Limits) {
         let mut all = lock(&self.in_use);

@@ -162,6 +162,11 @@ pub struct CreateSandbox {
     pub metadata: BTreeMap<String, String>,
     #[serde(default)]
     pub network: NetworkPolicy,
+    /// Stop the sandbox (reason `idle`) after this many seconds without activity: API calls,
+    /// running commands (foreground or background), open exec/code streams, code cells.
+    /// Absent: no idle stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -170,7 +175,59 @@ pub struct CreateSandbox {
 pub enum SandboxState {
     Starting,
     Running,
+    /// Ended on request or by one of its clocks (`killed`, `timeout`, `idle`).
     Stopped,
+    /// Ended by a failure (`oom`, `error`, `daemon_restart`).
+    Killed,
+}
+
+impl SandboxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Starting => "starting",
+            SandboxState::Running => "running",
+            SandboxState::Stopped => "stopped",
+            SandboxState::Killed => "killed",
+        }
+    }
+}
+
+/// What happened to a sandbox.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// Created (state `running`).
+    Created,
+    /// Taken over intact by a restarted daemon (same id, clocks and commands).
+    Adopted,
+    /// Ended; `reason` says why, `state` is `stopped` or `killed`.
+    Ended,
+}
+
+/// One lifecycle event (`GET /v1/events`, `GET /v1/sandboxes/{id}/events`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct LifecycleEvent {
+    /// Increasing across the daemon; pass the last one seen as `after` to resume.
+    pub seq: i64,
+    /// RFC 3339 UTC.
+    pub time: String,
+    pub sandbox_id: String,
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    /// The sandbox's state after the event.
+    pub state: SandboxState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<EndReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct EventList {
+    pub events: Vec<LifecycleEvent>,
 }
 
 /// Why a sandbox is gone.
@@ -232,6 +289,8 @@ pub struct Sandbox {
     pub network: NetworkPolicy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_reason: Option<EndReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -7,14 +7,29 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use glovebox_daemon::manager::{Config, Manager};
 
+/// The manager of `glovebox serve`: it re-adopts the sandboxes a previous daemon on the
+/// same data dir left running.
+pub fn open_daemon_manager(data_dir: &Path, warm_pool: usize, retention_s: u64) -> Result<Arc<Manager>> {
+    open_with(data_dir, |cfg| {
+        cfg.warm_pool = warm_pool;
+        cfg.adopt = true;
+        cfg.retention = std::time::Duration::from_secs(retention_s);
+    })
+}
+
+/// The manager of an embedded one-shot run: it never adopts (its sandboxes end with it).
 pub fn open_manager(data_dir: &Path, warm_pool: usize) -> Result<Arc<Manager>> {
+    open_with(data_dir, |cfg| cfg.warm_pool = warm_pool)
+}
+
+fn open_with(data_dir: &Path, set: impl FnOnce(&mut Config)) -> Result<Arc<Manager>> {
     if !rustix_is_root() {
         return Err(anyhow!("glovebox needs root to create sandboxes (namespaces, cgroups, id-mapped mounts)"));
     }
     let agent = glovebox_daemon::server::find_agent()
         .ok_or_else(|| anyhow!("glovebox-agent not found beside this binary (set GLOVEBOX_AGENT)"))?;
     let mut cfg = Config::new(data_dir.to_path_buf(), agent);
-    cfg.warm_pool = warm_pool;
+    set(&mut cfg);
     Manager::open(cfg).map_err(|e| anyhow!("{e}")).context("start")
 }
 

@@ -75,6 +75,13 @@ struct ServeArgs {
     /// Sandboxes kept booted ahead of requests (default limits only; 0 disables).
     #[arg(long, default_value_t = 2, env = "GLOVEBOX_WARM_POOL")]
     warm_pool: usize,
+    /// Destroy every sandbox on SIGTERM/SIGINT (default: leave them running for the next
+    /// start to re-adopt).
+    #[arg(long, env = "GLOVEBOX_DESTROY_ON_EXIT")]
+    destroy_on_exit: bool,
+    /// How long records of finished commands and ended sandboxes are kept, in seconds.
+    #[arg(long, default_value_t = 86_400, env = "GLOVEBOX_RETENTION_S")]
+    retention_s: u64,
 }
 
 #[derive(Args, Clone, Default)]
@@ -143,6 +150,9 @@ enum SandboxCmd {
         /// Lifetime, e.g. 300s, 10m.
         #[arg(long)]
         timeout: Option<String>,
+        /// Stop after this long without activity, e.g. 5m (default: never).
+        #[arg(long)]
+        idle_timeout: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -259,7 +269,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
     // Only now that key and port are ours: opening the manager boots the warm pool.
-    let manager = embedded::open_manager(&a.data_dir, a.warm_pool)?;
+    let manager = embedded::open_daemon_manager(&a.data_dir, a.warm_pool, a.retention_s)?;
     tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
     let m = manager.clone();
     let shutdown = async {
@@ -274,7 +284,11 @@ async fn serve(a: ServeArgs) -> Result<()> {
         tracing::info!("shutting down");
     };
     glovebox_daemon::server::serve(manager, listener, key, shutdown).await?;
-    m.destroy_all(api::EndReason::Killed).await;
+    if a.destroy_on_exit {
+        m.destroy_all(api::EndReason::Killed).await;
+    } else {
+        m.leave_for_restart().await;
+    }
     Ok(())
 }
 
@@ -307,7 +321,7 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
     let client = remote()?;
     match c {
-        SandboxCmd::Create { template, timeout, limits, net, env, metadata } => {
+        SandboxCmd::Create { template, timeout, idle_timeout, limits, net, env, metadata } => {
             let req = CreateSandbox {
                 template,
                 network: net.policy()?,
@@ -315,6 +329,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 resources: limits.resources()?,
                 env: kv(&env, "--env")?,
                 metadata: kv(&metadata, "--metadata")?,
+                idle_timeout_s: idle_timeout.as_deref().map(units::duration_s).transpose()?,
             };
             let sb = client.create(&req).await?;
             println!("{}", sb.id);

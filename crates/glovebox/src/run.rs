@@ -85,6 +85,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         env,
         metadata: Default::default(),
         network: a.net.policy()?,
+        idle_timeout_s: None,
     };
     let result = async {
         let sb = client.create(&req).await?;

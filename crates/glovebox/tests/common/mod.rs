@@ -408,12 +408,17 @@ pub struct Daemon {
     old_logs: Vec<PathBuf>,
     old_pids: Vec<u32>,
     pid: u32,
+    /// Started without `--destroy-on-exit`: SIGTERM leaves its sandboxes running.
+    keep: bool,
+    /// Whether the leak check also requires the store to record every sandbox as ended.
+    pub check_store: bool,
 }
 
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
 thread_local! {
     static WARM_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static KEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn warm_pool() -> usize {
@@ -435,6 +440,15 @@ impl Daemon {
         Daemon::spawn(dir, logs, Vec::new(), Vec::new(), BTreeSet::new())
     }
 
+    /// A daemon as deployed: SIGTERM leaves its sandboxes running for the next start (the
+    /// others run with `--destroy-on-exit`, so every test ends clean even when it fails).
+    pub fn start_keeping() -> Daemon {
+        KEEP.with(|k| k.set(true));
+        let d = Daemon::start();
+        KEEP.with(|k| k.set(false));
+        d
+    }
+
     fn spawn(
         dir: tempfile::TempDir,
         logs: tempfile::TempDir,
@@ -447,6 +461,7 @@ impl Daemon {
         let canary = format!("canary-{}", rand_token(16));
         let data_dir = dir.path().to_path_buf();
         let http = reqwest::blocking::Client::builder().no_proxy().timeout(HTTP_TIMEOUT).build().expect("client");
+        let keep = KEEP.with(|k| k.get());
         // A free port can be taken by someone else between our probe and the daemon's bind;
         // then the daemon exits with "cannot listen" and we try another.
         for attempt in 0..5 {
@@ -459,6 +474,7 @@ impl Daemon {
                 .args(["--api-key", &key])
                 // Tests start many daemons on 2 cores: no warm pool unless a test asks.
                 .args(["--warm-pool", &warm_pool().to_string()])
+                .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
@@ -499,6 +515,8 @@ impl Daemon {
                         ids: Mutex::new(ids),
                         old_logs,
                         old_pids,
+                        keep,
+                        check_store: true,
                     };
                 }
                 Some(false) if log_text.contains("cannot listen") => continue,
@@ -630,9 +648,25 @@ impl Daemon {
         let _ = child.wait();
     }
 
-    /// Starts a new daemon on the same data directory (after [`Daemon::crash`]).
+    /// Stops the daemon with SIGTERM and waits (bounded) for it to exit 0.
+    pub fn stop(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        signal(child.id(), "-TERM");
+        let status = wait_bounded(&mut child, Duration::from_secs(20));
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let log = self.log();
+        let status = status.unwrap_or_else(|| panic!("daemon did not exit within 20 s of SIGTERM:\n{log}"));
+        assert!(status.success(), "daemon exited with {status} on SIGTERM:\n{log}");
+    }
+
+    /// Starts a new daemon on the same data directory (after [`Daemon::crash`] or
+    /// [`Daemon::stop`]).
     pub fn restart(mut self) -> Daemon {
-        assert!(self.child.is_none(), "restart after crash() only");
+        assert!(self.child.is_none(), "restart after crash() or stop() only");
+        KEEP.with(|k| k.set(self.keep));
         let ids = self.known_ids();
         let mut old = std::mem::take(&mut self.old_logs);
         old.push(self.log_path.clone());
@@ -640,7 +674,10 @@ impl Daemon {
         pids.push(self.pid);
         let dir = self.dir.take().expect("data dir");
         let logs = std::mem::replace(&mut self.logs, tempfile::tempdir().expect("tempdir"));
-        Daemon::spawn(dir, logs, old, pids, ids)
+        let mut d = Daemon::spawn(dir, logs, old, pids, ids);
+        KEEP.with(|k| k.set(false));
+        d.check_store = self.check_store;
+        d
     }
 
     /// Stops the daemon with SIGTERM (it must exit 0 within 20 s) and fails the test if any
@@ -653,6 +690,10 @@ impl Daemon {
                 for s in v["sandboxes"].as_array().into_iter().flatten() {
                     if let Some(id) = s["id"].as_str() {
                         self.register(id);
+                        if self.keep {
+                            // SIGTERM would leave it running.
+                            let _ = self.delete(&format!("/v1/sandboxes/{id}"));
+                        }
                     }
                 }
             }
@@ -672,6 +713,12 @@ impl Daemon {
         let mut pids = self.old_pids.clone();
         pids.push(self.pid);
         assert_no_leaks(&ids, &pids);
+        if self.check_store {
+            // The store must not remember as live any sandbox that is gone.
+            let store = glovebox_daemon::store::Store::open(&self.data_dir).expect("open the daemon's store");
+            let live: Vec<String> = store.live_sandboxes().expect("store").into_iter().map(|r| r.id).collect();
+            assert!(live.is_empty(), "the store still lists sandboxes as live after shutdown: {live:?}");
+        }
         let dd = self.data_dir.to_string_lossy().into_owned();
         let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         assert!(!mounts.contains(&dd), "a host mount under the data dir {dd} is left");
@@ -681,7 +728,17 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         // Cleanup only (a test that panicked already failed): stop the daemon, which
-        // destroys its sandboxes.
+        // destroys its sandboxes (a keeping daemon is asked to first).
+        if self.keep && self.child.is_some() {
+            if let Ok(r) = self.req(reqwest::Method::GET, "/v1/sandboxes").send() {
+                let v: Value = r.json().unwrap_or(Value::Null);
+                for s in v["sandboxes"].as_array().into_iter().flatten() {
+                    if let Some(id) = s["id"].as_str() {
+                        let _ = self.req(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}")).send();
+                    }
+                }
+            }
+        }
         if let Some(mut child) = self.child.take() {
             signal(child.id(), "-TERM");
             if wait_bounded(&mut child, Duration::from_secs(20)).is_none() {

@@ -1,0 +1,212 @@
+//! Restart recovery: taking over the sandboxes a previous daemon on the same data dir left
+//! running (they outlive it: nothing kills them when it dies).
+//!
+//! A sandbox is re-adopted only when all of it is intact: its store record says it is
+//! live, its uid slot is free to re-take and names it, PID 1 is the very process recorded
+//! (pid and start time, so a recycled pid is never mistaken for it) and a pidfd to it is
+//! open, its cgroup exists, and its agent socket accepts. It keeps its id, its clocks (the
+//! deadline comes from the store), its background commands (the agent kept them) and its
+//! network policy (the link is rebuilt: firewall tables belong to the daemon process, and
+//! the resolver and proxy ran inside it). Anything less is cleaned up completely by the
+//! caller and recorded with the reason why.
+//!
+//! Whose is an orphan: a sandbox dir carries `owner` (the data dir of the daemon that handed
+//! it out). A sandbox owned by another data dir that still has a store is left for that
+//! data dir's daemon; embedded runs (which never adopt) leave every owned sandbox alone.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use glovebox_proto::api::{EndReason, EventKind};
+use tokio::sync::Notify;
+
+use crate::manager::{lock, Manager, Sb};
+use crate::store::{proc_start_time, SandboxRecord};
+
+/// What reconciliation does with one orphaned sandbox dir.
+pub(crate) enum Disposition {
+    /// Live again in this daemon.
+    Adopted,
+    /// Another data dir's daemon will adopt it (or it is ours and we are an embedded run).
+    NotOurs,
+    /// Clean it up; the detail says why it could not be adopted.
+    Cleanup(String),
+}
+
+/// The file in a sandbox's run dir naming its owner's data dir.
+pub(crate) const OWNER_FILE: &str = "owner";
+
+fn canonical(p: &Path) -> PathBuf {
+    fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Marks a sandbox handed out by an adopting daemon as its data dir's.
+pub(crate) fn write_owner(m: &Manager, dir: &Path) {
+    if m.cfg.adopt {
+        let _ = fs::write(dir.join(OWNER_FILE), canonical(&m.cfg.data_dir).to_string_lossy().as_bytes());
+    }
+}
+
+impl Manager {
+    /// Decides about the orphan `id` (its slot lock is free) and adopts it if it can.
+    pub(crate) fn adopt_orphan(self: &Arc<Self>, id: &str, dir: &Path, slot: Option<u32>) -> Disposition {
+        let owner = fs::read_to_string(dir.join(OWNER_FILE)).ok().map(|s| PathBuf::from(s.trim()));
+        let Some(owner) = owner else { return Disposition::Cleanup("not handed out by a daemon".into()) };
+        let mine = owner == canonical(&self.cfg.data_dir);
+        if !mine || !self.cfg.adopt {
+            // Its daemon's state is gone (the data dir was removed): nobody will adopt it.
+            return if owner.join("glovebox.db").exists() {
+                Disposition::NotOurs
+            } else {
+                Disposition::Cleanup("its data dir is gone".into())
+            };
+        }
+        let rec = match self.store.sandbox(id) {
+            Ok(Some(r)) if r.end_reason.is_none() => r,
+            Ok(Some(_)) => return Disposition::Cleanup("it had ended (teardown interrupted)".into()),
+            Ok(None) => return Disposition::Cleanup("not in the store".into()),
+            Err(e) => return Disposition::Cleanup(format!("store: {e}")),
+        };
+        match self.reopen(&rec, dir, slot) {
+            Ok(sb) => {
+                self.adopted(sb, &rec);
+                Disposition::Adopted
+            }
+            Err(why) => Disposition::Cleanup(why),
+        }
+    }
+
+    /// Re-takes everything a sandbox owns on the host, checking each piece.
+    fn reopen(&self, rec: &SandboxRecord, dir: &Path, slot: Option<u32>) -> Result<Arc<Sb>, String> {
+        if slot != Some(rec.slot) {
+            return Err(format!("uid slot {slot:?} is not the recorded {}", rec.slot));
+        }
+        let pid = rustix::process::Pid::from_raw(rec.pid).ok_or("no PID 1 recorded")?;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|_| "PID 1 is not running".to_string())?;
+        // Checked after the pidfd is open: the pidfd then names this very process.
+        if proc_start_time(rec.pid) != Some(rec.pid_start) || !crate::manager::pidfd_alive(Some(&pidfd)) {
+            return Err("PID 1 is not running (its pid belongs to another process)".into());
+        }
+        let cgroup = match self.cgroups.open(&rec.id) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err("its cgroup is gone".into()),
+            Err(e) => return Err(format!("cgroup: {e}")),
+        };
+        let socket = dir.join("agent.sock");
+        std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("agent socket: {e}"))?;
+        let slot = match self.slots.adopt(rec.slot, &rec.id) {
+            Ok(Some(s)) => s,
+            _ => return Err(format!("uid slot {} could not be re-taken", rec.slot)),
+        };
+        let policy = glovebox_proto::policy::parse(&rec.config.network).map_err(|e| format!("network policy: {e}"))?;
+        if policy.needs_link() {
+            // The old link's firewall table dies with the old daemon: cut the link now (the
+            // sandbox is offline until it is rebuilt, never unfiltered).
+            let _ = std::process::Command::new("ip")
+                .args(["link", "del", &format!("gb{}", rec.slot)])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let now = SystemTime::now();
+        let left = rec.deadline.duration_since(now).unwrap_or(Duration::ZERO);
+        let cpu_now = cgroup.stats().map(|s| s.cpu_usage_usec).unwrap_or(0);
+        let tenant = rec.config.tenant.clone().unwrap_or_else(|| "default".to_string());
+        Ok(Arc::new(Sb {
+            id: rec.id.clone(),
+            template: rec.template.clone(),
+            created_at: rec.created_at,
+            limits: rec.config.limits.clone(),
+            metadata: rec.config.metadata.clone(),
+            env: rec.config.env.clone(),
+            network: Mutex::new((rec.config.network.clone(), false)),
+            dns_stop: Arc::new(Notify::new()),
+            egress: crate::egress::Egress::new(policy, self.secrets.clone(), &tenant),
+            trust_env: Mutex::new(std::collections::BTreeMap::new()),
+            pid: rec.pid,
+            pid_start: rec.pid_start,
+            pidfd: Some(pidfd),
+            socket,
+            dir: dir.to_path_buf(),
+            cgroup,
+            deadline: Mutex::new((Instant::now() + left, rec.deadline)),
+            clock: Notify::new(),
+            activity: Arc::default(),
+            idle_timeout: rec.config.idle_timeout_s.map(Duration::from_secs),
+            kernels: crate::code::Kernels::default(),
+            cpu_sample: Mutex::new((Instant::now(), 0)),
+            preload: rec.config.preload.clone(),
+            tenant,
+            // Metered from now on: what it used before the restart was billed up to the crash
+            // only if the previous daemon sampled it (see `usage`).
+            meter: crate::usage::Meter::new(now, cpu_now),
+            _slot: slot,
+        }))
+    }
+
+    /// Makes an adopted sandbox live and finishes its recovery in the background: the
+    /// agent must answer, the network link is rebuilt, background commands are watched.
+    fn adopted(self: &Arc<Self>, sb: Arc<Sb>, rec: &SandboxRecord) {
+        self.tenants.count_adopted(&sb.tenant, &sb.limits);
+        self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
+        self.watch(sb.clone());
+        let policy = glovebox_proto::policy::parse(&rec.config.network).ok();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let ping = this.agent_call(&sb, &glovebox_proto::agent::Request::Ping).await;
+            if !matches!(ping, Ok(glovebox_proto::agent::Reply::Pong { .. })) {
+                tracing::warn!(sandbox = %sb.id, "adopted sandbox's agent does not answer: {ping:?}");
+                this.destroy_because(&sb.id, EndReason::DaemonRestart, Some("agent did not answer after restart"))
+                    .await;
+                return;
+            }
+            if let Some(policy) = policy.filter(|p| p.needs_link()) {
+                // A brokering policy gets a new CA (the old one's key lived in the old daemon).
+                let linked = match this.prepare(&sb, &policy).await {
+                    Ok(()) => this.link(&sb, &policy).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = linked {
+                    tracing::warn!(sandbox = %sb.id, "adopted sandbox's network: {e}");
+                    this.destroy_because(&sb.id, EndReason::Error, Some("network link could not be rebuilt")).await;
+                    return;
+                }
+            }
+            crate::records::watch_running(&this, &sb).await;
+            this.events.record(&sb.id, EventKind::Adopted, None, None);
+            tracing::info!(sandbox = %sb.id, "sandbox re-adopted");
+        });
+    }
+
+    /// Ends store records of sandboxes that reconciliation found nothing of (a host reboot
+    /// empties the run dir) — unless a live process holds their slot.
+    pub(crate) fn forget_vanished(&self) {
+        let Ok(recs) = self.store.live_sandboxes() else { return };
+        let dir = self.cfg.run_dir.join("sandboxes");
+        for r in recs {
+            if self.live.read().unwrap_or_else(|p| p.into_inner()).contains_key(&r.id) {
+                continue;
+            }
+            // A live sandbox always has its dir (made before its record, removed after its end).
+            if dir.join(&r.id).exists() {
+                continue;
+            }
+            self.record_end(&r.id, EndReason::DaemonRestart, Some("nothing of it was left after a restart"));
+        }
+    }
+
+    /// Stores a sandbox's end and its event.
+    pub(crate) fn record_end(&self, id: &str, reason: EndReason, detail: Option<&str>) {
+        if let Err(e) = self.store.end_sandbox(id, reason, SystemTime::now()) {
+            tracing::error!(sandbox = %id, "store end: {e}");
+        }
+        self.events.record(id, EventKind::Ended, Some(reason), detail);
+    }
+}
+
+/// Keeps the live deadline in a form the store can take.
+pub(crate) fn deadline_of(sb: &Sb) -> SystemTime {
+    lock(&sb.deadline).1
+}
