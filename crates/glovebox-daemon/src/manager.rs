@@ -425,16 +425,20 @@ impl Manager {
                     drop(s);
                 }
             }
-            match self.store.sandbox(&id) {
+            let reason = match self.store.sandbox(&id) {
                 // Ended before the crash (teardown interrupted): its reason stands.
-                Ok(Some(r)) if r.end_reason.is_some() => {}
-                Ok(Some(_)) => self.record_end(&id, EndReason::DaemonRestart, Some(&why)),
+                Ok(Some(r)) if r.end_reason.is_some() => r.end_reason.unwrap_or(EndReason::DaemonRestart),
+                Ok(Some(_)) => {
+                    self.record_end(&id, EndReason::DaemonRestart, Some(&why));
+                    EndReason::DaemonRestart
+                }
                 // Never handed out (a warm sandbox) or not this data dir's: only remembered.
                 _ => {
                     let _ = self.store.end_sandbox(&id, EndReason::DaemonRestart, SystemTime::now());
+                    EndReason::DaemonRestart
                 }
-            }
-            self.remember(&id, EndReason::DaemonRestart);
+            };
+            self.remember(&id, reason);
         }
         self.forget_vanished();
         if adopted > 0 {

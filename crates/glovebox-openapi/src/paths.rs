@@ -128,6 +128,14 @@ const SB_AGENT: &[u16] = &[400, 401, 404, 410, 500, 502];
 const SB_FILE: &[u16] = &[400, 401, 403, 404, 409, 410, 500, 502, 507];
 const SB_FILE_JSON: &[u16] = &[400, 401, 403, 404, 409, 410, 413, 415, 500, 502, 507];
 
+const EVENT_PARAMS: [Param; 4] = [
+    query("after", Ty::U64, "Only events with a larger `seq` (default 0)."),
+    query("limit", Ty::Int { min: 1, max: 1000, default: 1000 }, "Most events returned."),
+    query("follow", Ty::Bool, "Stream NDJSON and keep following new events (default false)."),
+    query("timeout_s", Ty::Int { min: 1, max: 3600, default: 300 }, "How long a follow stream stays open."),
+];
+const EVENT_PARAMS_SB: [Param; 5] = [ID, EVENT_PARAMS[0], EVENT_PARAMS[1], EVENT_PARAMS[2], EVENT_PARAMS[3]];
+
 pub const OPS: &[Op] = &[
     // --- sandboxes ---------------------------------------------------------------------
     Op {
@@ -311,6 +319,46 @@ pub const OPS: &[Op] = &[
         errors: &[401, 404],
         ..OP
     },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/keepalive",
+        id: "keepAlive",
+        tag: "sandboxes",
+        summary: "Count as activity for the idle clock",
+        description: "Restarts the idle period of a sandbox created with `idle_timeout_s` (any other \
+                      request on it, a running command or an open stream does too). No body.",
+        params: &[ID],
+        body_optional: true,
+        replies: &[reply(200, "The sandbox.", Body::Json("Sandbox"))],
+        errors: SB,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/events",
+        id: "getSandboxEvents",
+        tag: "events",
+        summary: "Lifecycle events of a sandbox (running or ended)",
+        description: "`created`, `adopted` (by a restarted daemon), `ended` with its reason. With \
+                      `follow=true`: NDJSON, one `LifecycleEvent` per line, new ones as they happen, \
+                      until `timeout_s`.",
+        params: &EVENT_PARAMS_SB,
+        replies: &[reply(200, "Events, oldest first.", Body::JsonOrNdjson("EventList", "LifecycleEvent"))],
+        errors: &[400, 401, 404, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/events",
+        id: "getEvents",
+        tag: "events",
+        summary: "Lifecycle events of all the caller's sandboxes",
+        description: "Like the per-sandbox list; the admin key sees every tenant's.",
+        params: &EVENT_PARAMS,
+        replies: &[reply(200, "Events, oldest first.", Body::JsonOrNdjson("EventList", "LifecycleEvent"))],
+        errors: &[400, 401, 500],
+        ..OP
+    },
     // --- commands ----------------------------------------------------------------------
     Op {
         method: "post",
@@ -355,7 +403,9 @@ pub const OPS: &[Op] = &[
         tag: "commands",
         summary: "A command's result",
         description: "With `wait=true` waits for the command to end; with `wait=false` a command still \
-                      running is a 409.",
+                      running is a 409. A finished command's record (exit, timing, the first 64 KiB of \
+                      each stream) is kept for the daemon's retention period (default 24 h), also after \
+                      the sandbox ended.",
         params: &[
             ID,
             CMD_ID,

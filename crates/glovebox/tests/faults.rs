@@ -258,8 +258,11 @@ fn daemon_killed_mid_upload_leaves_nothing_after_a_restart() {
     let answered = h.join().unwrap();
     assert!(!matches!(answered, Ok(200)), "the upload finished before the crash; make it slower: {answered:?}");
     let d = d.restart();
+    // The sandbox was intact: re-adopted, it works; the broken upload left no file behind.
     let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
-    assert_eq!((st, v["error"]["reason"].as_str()), (410, Some("daemon_restart")), "{v}");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(d.sh_ok(&id, "test -e /tmp/big && echo left || echo none"), "none\n");
+    assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).0, 204);
     let gone = common::poll(Duration::from_secs(5), Duration::from_millis(50), || {
         common::processes_in_range(range).is_empty().then_some(())
     });
@@ -290,11 +293,15 @@ fn daemon_killed_mid_teardown_leaves_nothing_after_a_restart() {
         let _ = h.join().unwrap();
         d = d.restart();
         for id in &ids {
-            let (st, _) = d.get(&format!("/v1/sandboxes/{id}"));
-            // The registry of ended sandboxes lives in memory: a sandbox whose teardown
-            // finished before the crash is unknown to the new daemon (404); one caught
-            // mid-teardown is cleaned up and reported gone.
-            assert!(st == 404 || st == 410, "{id}: {st}");
+            let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+            // The end is recorded in the store before the teardown starts: a sandbox whose
+            // teardown finished, or was caught midway (and cleaned up by the restart), is
+            // gone for the reason given; one the DELETE never reached is re-adopted intact.
+            match st {
+                410 => assert_eq!(v["error"]["reason"], "killed", "{id}: {v}"),
+                200 => assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).0, 204),
+                _ => panic!("{id}: {st} {v}"),
+            }
         }
     }
     assert_clean(&ids, "after crashes mid-teardown");
@@ -399,13 +406,15 @@ fn a_full_data_dir_is_a_clear_error_or_harmless() {
     let skel = run_dir().join("base").join(format!("host-{}", o.pid));
     let skel_left = skel.exists();
 
-    // 2. A daemon given its key runs on a full data dir (it writes nothing there).
+    // 2. A daemon given its key runs on a full data dir (its store falls back to memory).
     let mut d = Daemon::start();
     let a = d.create(sandbox_body(json!({})));
     d.crash();
     let full = Mount::tmpfs(&d.data_dir, "256k");
     fill(&d.data_dir);
-    let d = d.restart();
+    let mut d = d.restart();
+    // It runs on an in-memory store: the file under the mount still names `a` as live.
+    d.check_store = false;
     let b = d.create(sandbox_body(json!({})));
     assert_eq!(d.sh_ok(&b, "echo works"), "works\n");
     let (st, v) = d.get(&format!("/v1/sandboxes/{a}"));
