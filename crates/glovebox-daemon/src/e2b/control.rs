@@ -215,6 +215,7 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         env: req.env_vars.unwrap_or_default(),
         metadata: req.metadata.unwrap_or_default(),
         network,
+        idle_timeout_s: None,
     };
     let sb = st.app.manager.create_for(&caller.tenant, create).await.map_err(cp_error)?;
     Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())
