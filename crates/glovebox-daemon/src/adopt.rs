@@ -138,6 +138,8 @@ impl Manager {
             kernels: crate::code::Kernels::default(),
             cpu_sample: Mutex::new((Instant::now(), 0)),
             preload: rec.config.preload.clone(),
+            // The template as stored now (its defaults; its layers kept by GC).
+            template_defaults: self.templates.store.load(&rec.template).map(Arc::new),
             tenant,
             // Metered from now on: what it used before the restart was billed up to the crash
             // only if the previous daemon sampled it (see `usage`).

@@ -70,6 +70,9 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/keepalive", post(keepalive))
         .route("/sandboxes/{id}/events", get(crate::events::of_sandbox))
         .route("/events", get(crate::events::all))
+        .route("/templates", post(crate::templates::http::build).get(crate::templates::http::list))
+        .route("/templates/gc", post(crate::templates::http::gc))
+        .route("/templates/{name}", get(crate::templates::http::get_one).delete(crate::templates::http::delete))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(state.clone(), crate::idle::track))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));

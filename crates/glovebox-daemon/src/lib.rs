@@ -20,6 +20,7 @@ pub mod secrets;
 pub mod server;
 pub mod slots;
 pub mod store;
+pub mod templates;
 pub mod tenants;
 pub mod usage;
 pub mod util;

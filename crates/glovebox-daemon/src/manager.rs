@@ -123,6 +123,8 @@ pub struct Manager {
     /// Host-side secrets that brokered headers reference (values never leave the daemon).
     pub secrets: Arc<crate::secrets::SecretStore>,
     pub events: Arc<crate::events::Events>,
+    /// Built templates and their layers (see `templates`).
+    pub templates: crate::templates::Templates,
 }
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -132,11 +134,21 @@ pub struct Template {
     pub name: String,
     pub layers: Vec<PathBuf>,
     pub preload: Option<String>,
+    /// The host's /usr under the layers (and the generated /etc skeleton); false when the
+    /// bottom layer is a whole root filesystem (Debian, OCI images).
+    pub host_usr: bool,
+    /// Defaults from a built template's spec (env, workdir, user, resources, start command).
+    pub defaults: Option<Arc<crate::templates::TemplateMeta>>,
 }
 
 impl Template {
     pub fn base() -> Template {
-        Template { name: "base".into(), layers: Vec::new(), preload: None }
+        Template { name: "base".into(), layers: Vec::new(), preload: None, host_usr: true, defaults: None }
+    }
+
+    /// What a warm sandbox must match to stand in for a fresh one of this template.
+    fn pool_key(&self) -> String {
+        format!("{}\0{:?}\0{}", self.name, self.layers, self.host_usr)
     }
 }
 
@@ -209,6 +221,8 @@ pub struct Sb {
     /// The tenant that owns it (see `tenants`).
     pub tenant: String,
     pub meter: crate::usage::Meter,
+    /// The template's defaults (commands' user and cwd) and its layers (kept by GC).
+    pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
     pub(crate) _slot: Slot,
 }
 
@@ -353,7 +367,9 @@ impl Manager {
         }
         // Orphans reparent to us, so the agents we start stay our children to reap.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        let templates = crate::templates::Templates::open(&cfg.data_dir, &cfg.run_dir)?;
         let m = Arc::new(Manager {
+            templates,
             cgroups,
             slots,
             skel,
@@ -496,8 +512,10 @@ impl Manager {
         if let Ok(entries) = fs::read_dir(self.cfg.run_dir.join("base")) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) =
-                    name.strip_prefix("host-").and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok())
+                if let Some(pid) = name
+                    .strip_prefix("host-")
+                    .or_else(|| name.strip_prefix("mini-"))
+                    .and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok())
                 {
                     if pid != std::process::id() as i32
                         && !Path::new(&format!("/proc/{pid}")).exists()
@@ -604,6 +622,31 @@ impl Manager {
         });
     }
 
+    /// The defaults (so the layers) of every live sandbox's built template.
+    pub fn live_template_defaults(&self) -> Vec<Arc<crate::templates::TemplateMeta>> {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        live.values().filter_map(|s| s.template_defaults.clone()).collect()
+    }
+
+    /// Keys of the warm sandboxes (they name their layers' paths).
+    pub(crate) fn warm_keys(&self) -> Vec<String> {
+        lock(&self.pool).iter().map(|b| b.template.clone()).collect()
+    }
+
+    /// Tears down the warm sandboxes of template `name` (it is being deleted).
+    pub(crate) fn discard_warm(&self, name: &str) {
+        let prefix = format!("{name}\0");
+        let gone: Vec<Booted> = {
+            let mut pool = lock(&self.pool);
+            let (gone, keep) = pool.drain(..).partition(|b| b.template.starts_with(&prefix));
+            *pool = keep;
+            gone
+        };
+        for b in gone {
+            discard(b);
+        }
+    }
+
     pub fn live_count(&self) -> usize {
         self.live.read().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -671,10 +714,36 @@ impl Manager {
         r
     }
 
+    /// A sandbox for one template build step: from `tpl` (the layers built so far), its
+    /// writes kept in the host directory `upper` (see `templates::build`).
+    pub(crate) async fn create_for_build(
+        self: &Arc<Self>,
+        req: CreateSandbox,
+        tpl: Template,
+        upper: PathBuf,
+    ) -> Result<Arc<Sb>> {
+        self.create_with(crate::tenants::DEFAULT_TENANT, req, Some((tpl, upper))).await
+    }
+
     async fn create_inner(self: &Arc<Self>, tenant: &str, req: CreateSandbox) -> Result<Arc<Sb>> {
-        let limits = self.limits_for(&req.resources)?;
+        self.create_with(tenant, req, None).await
+    }
+
+    async fn create_with(
+        self: &Arc<Self>,
+        tenant: &str,
+        mut req: CreateSandbox,
+        build: Option<(Template, PathBuf)>,
+    ) -> Result<Arc<Sb>> {
         let template = req.template.clone().unwrap_or_else(|| "base".to_string());
-        let tpl = self.template(&template)?;
+        let (tpl, upper) = match build {
+            Some((t, u)) => (t, Some(u)),
+            None => (self.template(&template)?, None),
+        };
+        if let Some(d) = &tpl.defaults {
+            crate::templates::apply_defaults(d, &mut req);
+        }
+        let limits = self.limits_for(&req.resources)?;
         let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
         crate::egress::Egress::check_secrets(&self.secrets, tenant, &policy).map_err(Error::Invalid)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
@@ -690,13 +759,14 @@ impl Manager {
             }
         }
         let admission = self.tenants.admit(tenant, &limits)?;
-        let (booted, warm) = match self.take_warm(&tpl.name, &limits) {
+        let warm = if upper.is_none() { self.take_warm(&tpl.pool_key(), &limits) } else { None };
+        let (booted, warm) = match warm {
             Some(b) => (b, true),
             None => {
                 let this = self.clone();
                 let l = limits.clone();
                 let t = tpl.clone();
-                let b = tokio::task::spawn_blocking(move || this.boot(&random_token(16), &l, &t))
+                let b = tokio::task::spawn_blocking(move || this.boot(&random_token(16), &l, &t, upper.as_deref()))
                     .await
                     .map_err(|e| Error::Internal(format!("create task: {e}")))??;
                 (b, false)
@@ -733,6 +803,7 @@ impl Manager {
             preload: tpl.preload.clone(),
             tenant: tenant.to_string(),
             meter: crate::usage::Meter::new(now, cpu_base),
+            template_defaults: tpl.defaults.clone(),
             _slot: booted.slot,
         });
         admission.commit();
@@ -774,6 +845,9 @@ impl Manager {
                     tracing::warn!(sandbox = %sb2.id, "prewarm kernel: {e}");
                 }
             });
+        }
+        if let Some(cmd) = tpl.defaults.as_ref().and_then(|d| d.start_cmd.clone()) {
+            crate::templates::start_cmd(self, &sb, cmd).await;
         }
         tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
         Ok(sb)
@@ -822,7 +896,8 @@ impl Manager {
             templates.push(t);
         }
         for tpl in templates {
-            let have = lock(&self.pool).iter().filter(|b| b.template == tpl.name).count();
+            let key = tpl.pool_key();
+            let have = lock(&self.pool).iter().filter(|b| b.template == key).count();
             let filling = self.pool_filling.load(Ordering::Acquire);
             // One boot at a time per template: refills must not starve real requests.
             if have >= want || filling > 0 {
@@ -833,7 +908,7 @@ impl Manager {
             tokio::spawn(async move {
                 let limits = this.cfg.defaults.clone();
                 let (m, t) = (this.clone(), tpl.clone());
-                let booted = tokio::task::spawn_blocking(move || m.boot(&random_token(16), &limits, &t)).await;
+                let booted = tokio::task::spawn_blocking(move || m.boot(&random_token(16), &limits, &t, None)).await;
                 match booted {
                     Ok(Ok(b)) => {
                         let ok = match &tpl.preload {
@@ -868,6 +943,11 @@ impl Manager {
 
     /// The template `name`: `base` (host /usr) or one built into the data dir.
     pub fn template(&self, name: &str) -> Result<Template> {
+        if name != "base" {
+            if let Some(t) = self.templates.get(name) {
+                return Ok(t);
+            }
+        }
         match name {
             "base" => Ok(Template::base()),
             "code-interpreter" => {
@@ -877,6 +957,8 @@ impl Manager {
                         name: name.to_string(),
                         layers: vec![layer],
                         preload: Some("numpy,pandas,matplotlib,matplotlib.pyplot".into()),
+                        host_usr: true,
+                        defaults: None,
                     })
                 } else {
                     Err(Error::NotFound {
@@ -890,9 +972,11 @@ impl Manager {
     }
 
     /// Blocking part of create: slot, directory, cgroups, jail. Undoes all of it on failure.
-    fn boot(&self, id: &str, limits: &Limits, tpl: &Template) -> Result<Booted> {
+    /// `upper`: a host directory for the writable layer (template builds), else a tmpfs.
+    fn boot(&self, id: &str, limits: &Limits, tpl: &Template, upper: Option<&Path>) -> Result<Booted> {
         let slot = self.slots.take(id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
         let dir = self.cfg.run_dir.join("sandboxes").join(id);
+        let skel = if tpl.host_usr { self.skel.clone() } else { self.templates.mini_skel() };
         let undo_dir = |d: &Path| {
             let _ = fs::remove_dir_all(d);
         };
@@ -901,7 +985,7 @@ impl Manager {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
             fs::write(dir.join("slot"), slot.index.to_string())?;
             // Which base skeleton its root uses (kept while it lives, across restarts).
-            fs::write(dir.join("skel"), self.skel.as_os_str().as_encoded_bytes())?;
+            fs::write(dir.join("skel"), skel.as_os_str().as_encoded_bytes())?;
             let mnt = dir.join("mnt");
             fs::create_dir(&mnt)?;
             fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
@@ -926,8 +1010,9 @@ impl Manager {
             hostname: "glovebox".into(),
             mount_dir: dir.join("mnt"),
             socket_path: socket.clone(),
-            layers: tpl.layers.iter().cloned().chain(std::iter::once(self.skel.clone())).collect(),
-            host_usr: true,
+            layers: tpl.layers.iter().cloned().chain(std::iter::once(skel.clone())).collect(),
+            host_usr: tpl.host_usr,
+            upper_dir: upper.map(Path::to_path_buf),
             disk_bytes: disk_bytes(limits),
             shm_bytes: shm_bytes(limits),
             cgroup_procs: cg.procs_files(),
@@ -950,7 +1035,7 @@ impl Manager {
         let pidfd = rustix::process::Pid::from_raw(pid)
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
         Ok(Booted {
-            template: tpl.name.clone(),
+            template: tpl.pool_key(),
             kernels: crate::code::Kernels::default(),
             id: id.to_string(),
             pid,

@@ -52,17 +52,18 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
     }
     let mut env = sb.base_env();
     env.extend(req.env.clone());
+    let (workdir, uid, gid) = crate::templates::exec_defaults(sb);
     Ok((
         ExecSpec {
             cmd: req.cmd.clone(),
-            cwd: req.cwd.clone(),
+            cwd: req.cwd.clone().or(workdir),
             env,
             // Background commands keep stdin open for `…/stdin` requests.
             stdin: stdin.is_some() || req.background,
             timeout_ms: if timeout == 0 { None } else { Some(timeout) },
             max_output_bytes: max,
-            uid: None,
-            gid: None,
+            uid,
+            gid,
             background: req.background,
             raw: false,
         },

@@ -25,6 +25,12 @@ pub struct JailConfig {
     pub host_usr: bool,
     /// Size cap of the writable upper layer (everything the sandbox writes to disk).
     pub disk_bytes: u64,
+    /// Template builds only: an empty host directory (root-only, on a filesystem overlayfs
+    /// accepts as upper) that holds the writable upper and the overlay work dirs instead of
+    /// the private tmpfs, so the daemon can read the step's writes back as a layer once the
+    /// sandbox is gone. The disk cap does not apply to it.
+    #[serde(default)]
+    pub upper_dir: Option<PathBuf>,
     /// Size cap of `/dev/shm` (its pages count against the memory limit).
     pub shm_bytes: u64,
     /// `cgroup.procs` files the jailer joins before creating namespaces.

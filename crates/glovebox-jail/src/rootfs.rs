@@ -82,18 +82,24 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
     if lowers.is_empty() {
         return Err(crate::error::JailError::Config("no root filesystem layers".into()));
     }
-    for d in ["upper", "work"] {
-        mkdir(&m.join(d), 0o700)?;
+    // The writes go to the tmpfs, or (template builds) to a host directory the daemon reads
+    // back after the sandbox is gone; either way they are owned by the sandbox's range.
+    let (upper, work) = match &cfg.upper_dir {
+        Some(d) => (d.join("upper"), d.join("work")),
+        None => (m.join("upper"), m.join("work")),
+    };
+    for d in [&upper, &work] {
+        mkdir(d, 0o700)?;
         for sub in ["root", "usr"] {
-            let p = m.join(d).join(sub);
+            let p = d.join(sub);
             mkdir(&p, 0o755)?;
             chown(&p, r)?;
         }
     }
-    fs::set_permissions(m.join("upper"), fs::Permissions::from_mode(0o711)).ctx("chmod upper")?;
+    fs::set_permissions(&upper, fs::Permissions::from_mode(0o711)).ctx("chmod upper")?;
     let root = m.join("root");
     mkdir(&root, 0o755)?;
-    overlay(&lowers, &m.join("upper/root"), &m.join("work/root"), &root)?;
+    overlay(&lowers, &upper.join("root"), &work.join("root"), &root)?;
 
     if cfg.host_usr {
         let usr_lower = m.join("lower/usr");
@@ -106,7 +112,7 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         // Layers' own /usr content (e.g. packages in /usr/local) sits above the host's.
         let mut usr_lowers: Vec<PathBuf> = lowers.iter().map(|l| l.join("usr")).filter(|p| p.is_dir()).collect();
         usr_lowers.push(usr_lower);
-        overlay(&usr_lowers, &m.join("upper/usr"), &m.join("work/usr"), &target)?;
+        overlay(&usr_lowers, &upper.join("usr"), &work.join("usr"), &target)?;
     }
 
     build_dev(&root.join("dev"), cfg.shm_bytes)?;

@@ -795,3 +795,101 @@ pub struct TenantUsage {
     #[serde(flatten)]
     pub usage: Usage,
 }
+
+/// `POST /v1/templates`: build a template from a spec. The response is an NDJSON stream of
+/// [`BuildLine`]s ending with `done` or `error`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BuildTemplate {
+    /// Template name: 1–63 of `a-z 0-9 . _ -`, starting with a letter or digit.
+    pub name: String,
+    /// The spec (a Dockerfile subset: FROM, RUN, COPY, ENV, WORKDIR, USER, ARG, CMD).
+    pub dockerfile: String,
+    /// Values for the spec's `ARG`s.
+    #[serde(default)]
+    pub build_args: BTreeMap<String, String>,
+    /// Rebuild every step instead of reusing cached layers.
+    #[serde(default)]
+    pub no_cache: bool,
+    /// Defaults for sandboxes created from the template (requests may override).
+    #[serde(default)]
+    pub resources: Resources,
+    /// The build context (what `COPY` reads and `FROM oci-archive:` names): a tar archive,
+    /// base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tar_base64: Option<String>,
+}
+
+/// A built template.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TemplateInfo {
+    pub name: String,
+    /// What it was built `FROM` (`host`, `debian:bookworm`, `oci-archive:…`, an image ref).
+    pub base: String,
+    /// Content-addressed layer ids, top-most first.
+    pub layers: Vec<String>,
+    /// Bytes on disk of its layers (shared layers counted in full).
+    pub size_bytes: u64,
+    pub created_at: String,
+    /// Defaults applied to sandboxes created from it.
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    pub resources: Resources,
+    /// Started in the background in every sandbox created from it (`CMD`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_cmd: Option<Vec<String>>,
+    /// Live sandboxes created from it.
+    pub sandboxes: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct TemplateList {
+    pub templates: Vec<TemplateInfo>,
+}
+
+/// Lines of the NDJSON build log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BuildLine {
+    /// A step begins (`cached`: its layer is reused, nothing runs).
+    Step {
+        step: usize,
+        total: usize,
+        line: usize,
+        instruction: String,
+        cached: bool,
+    },
+    /// Output of the running step (stdout and stderr interleaved).
+    Output {
+        step: usize,
+        data: String,
+    },
+    /// Progress of the base (`FROM`): debootstrap, image download.
+    Base {
+        message: String,
+    },
+    Done {
+        template: TemplateInfo,
+        seconds: f64,
+    },
+    /// The build failed; nothing was saved under the name.
+    Error {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        line: Option<usize>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        message: String,
+        /// The last lines of the failed step's output.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        output_tail: String,
+    },
+}

@@ -9,6 +9,7 @@ mod client;
 mod embedded;
 mod mcp;
 mod run;
+mod template;
 mod units;
 
 use std::io::Write;
@@ -59,6 +60,9 @@ enum Cmd {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Build and manage templates (root filesystems sandboxes start from).
+    #[command(subcommand)]
+    Template(template::TemplateCmd),
 }
 
 #[derive(Args)]
@@ -252,6 +256,7 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Keys(c) => admin::keys(c).await,
         Cmd::Quota(c) => admin::quota(c).await,
         Cmd::Usage { tenant } => admin::usage(tenant).await,
+        Cmd::Template(c) => template::run(c).await,
     }
 }
 
