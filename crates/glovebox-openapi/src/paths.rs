@@ -58,6 +58,7 @@ const fn query(name: &'static str, ty: Ty, description: &'static str) -> Param {
 }
 
 const ID: Param = path("id", Ty::Str, "Sandbox id.");
+const TPL: Param = path("name", Ty::Str, "Template name.");
 const SECRET: Param = path("name", Ty::Str, "Secret name.");
 const CMD_ID: Param = path("cid", Ty::U64, "Command id (`id` of `Started` or `ExecResult`).");
 const CTX_ID: Param = path("cid", Ty::Str, "Context id (`id` of `Context`).");
@@ -666,6 +667,71 @@ pub const OPS: &[Op] = &[
         errors: &[400, 401, 403, 415],
         ..OP
     },
+    // --- templates ---------------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/templates",
+        id: "buildTemplate",
+        tag: "templates",
+        summary: "Build a template from a spec",
+        description: "Each `RUN`/`COPY`/`WORKDIR` step runs in a build sandbox (`RUN` with network \
+                      `allow-all`) and becomes a cached, content-addressed layer; an unchanged prefix of \
+                      steps is reused (`no_cache` rebuilds). With `Accept: application/x-ndjson` the \
+                      build log streams one `BuildLine` per line (`base`, `step`, `output`, then `done` \
+                      or `error`); otherwise the answer is 201 with the template, or 422 \
+                      `build_failed` naming the step, its exit code and output tail. A failed build \
+                      saves no template. A malformed spec is a 400 naming the line.",
+        body: Body::Json("BuildTemplate"),
+        replies: &[reply(201, "The template (or the build log).", Body::JsonOrNdjson("TemplateInfo", "BuildLine"))],
+        errors: &[400, 401, 413, 415, 422, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/templates",
+        id: "listTemplates",
+        tag: "templates",
+        summary: "List built templates",
+        replies: &[reply(200, "The templates.", Body::Json("TemplateList"))],
+        errors: &[401, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/templates/{name}",
+        id: "getTemplate",
+        tag: "templates",
+        summary: "Get a template",
+        params: &[TPL],
+        replies: &[reply(200, "The template.", Body::Json("TemplateInfo"))],
+        errors: &[400, 401, 404, 500],
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/templates/{name}",
+        id: "deleteTemplate",
+        tag: "templates",
+        summary: "Delete a template",
+        description: "Refused with 409 `conflict` while a live sandbox runs from it. Its layers that no \
+                      other template uses are removed.",
+        params: &[TPL],
+        replies: &[reply(200, "Deleted.", Body::Json("LayersFreed"))],
+        errors: &[400, 401, 404, 409, 500],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/templates/gc",
+        id: "gcTemplates",
+        tag: "templates",
+        summary: "Remove unused layers",
+        description: "Removes every layer that no template and no live or warm sandbox uses (Debian base \
+                      layers are kept).",
+        replies: &[reply(200, "Collected.", Body::Json("LayersFreed"))],
+        errors: &[401, 500],
+        ..OP
+    },
     // --- the daemon --------------------------------------------------------------------
     Op {
         method: "get",
@@ -701,6 +767,7 @@ pub const ERRORS: &[(u16, &str, &str)] = &[
     (413, "PayloadTooLarge", "`invalid_request`: the JSON body is over 16 MiB (use the file API for more)."),
     (415, "UnsupportedMediaType", "`invalid_request`: the body is not `application/json`."),
     (429, "TooManyRequests", "`quota_exceeded`: the tenant's quota (the message names it) would be exceeded."),
+    (422, "BuildFailed", "`build_failed`: a template build step failed (the message names the step, its exit code and output tail)."),
     (500, "InternalError", "`start_failed` or `internal`; details are in the daemon's log."),
     (502, "BadGateway", "`agent_error`: the sandbox's agent misbehaved or vanished mid-request."),
     (503, "Unavailable", "`unavailable`: a host resource the request needs is missing or used up."),

@@ -893,3 +893,11 @@ pub enum BuildLine {
         output_tail: String,
     },
 }
+
+/// What `DELETE /v1/templates/{name}` and `POST /v1/templates/gc` freed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct LayersFreed {
+    /// Bytes of layers removed (no template and no live sandbox used them).
+    pub freed_bytes: u64,
+}

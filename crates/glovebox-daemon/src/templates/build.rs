@@ -167,6 +167,8 @@ pub async fn run(m: Arc<Manager>, c: Checked, tx: mpsc::Sender<BuildLine>) -> Re
 
 async fn run_inner(m: &Arc<Manager>, c: Checked, log: Log) -> Result<TemplateMeta, Failure> {
     let t0 = Instant::now();
+    // Resource defaults must be ones a sandbox can be created with.
+    m.limits_for(&c.req.resources).map_err(|e| Failure::invalid(format!("template resources: {e}")))?;
     let _shared = m.templates.gc_lock.read().await;
     let store = m.templates.store.clone();
     let scratch = Scratch(store.scratch().map_err(|e| Failure::invalid(format!("scratch dir: {e}")))?);
@@ -286,8 +288,6 @@ async fn run_inner(m: &Arc<Manager>, c: Checked, log: Log) -> Result<TemplateMet
         created_at: crate::util::rfc3339(std::time::SystemTime::now()),
         size_bytes: size,
     };
-    // Resource defaults must be ones a sandbox can be created with.
-    m.limits_for(&meta.resources).map_err(|e| Failure::invalid(format!("template resources: {e}")))?;
     store.save(&meta).map_err(|e| Failure::invalid(format!("save template: {e}")))?;
     log.send(BuildLine::Done { template: m.template_info(&meta), seconds: t0.elapsed().as_secs_f64() }).await;
     Ok(meta)
@@ -350,6 +350,19 @@ async fn base(m: &Arc<Manager>, from: &str, ctx: &Path, scratch: &Path, log: &Lo
     if from == "host" || from == "glovebox:host" {
         return Ok(st);
     }
+    // Another built template: its layers and config, as a parent image.
+    if super::store::valid_name(from) {
+        if let Some(t) = m.templates.store.load(from) {
+            log.send(BuildLine::Base { message: format!("from template {from} ({} layers)", t.layers.len()) }).await;
+            st.host_usr = t.host_usr;
+            st.layers = t.layers;
+            st.env = t.env;
+            st.workdir = t.workdir;
+            st.user = t.user;
+            st.start_cmd = t.start_cmd;
+            return Ok(st);
+        }
+    }
     let fail = |e: String| Failure { step: Some(0), line: None, ..Failure::at(0, 0, format!("FROM {from}: {e}")) };
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let logger = move |s: String| {
@@ -359,8 +372,8 @@ async fn base(m: &Arc<Manager>, from: &str, ctx: &Path, scratch: &Path, log: &Lo
     let work = async {
         if let Some(r) = super::debian::parse_ref(from) {
             let (suite, slim) = r.map_err(fail)?;
-            let id = super::debian::ensure(&store, &suite, slim, scratch, &logger).await.map_err(fail)?;
-            return Ok::<_, Failure>(super::oci::Image { layers: vec![id], ..Default::default() });
+            let layers = super::debian::ensure_layers(&store, &suite, slim, scratch, &logger).await.map_err(fail)?;
+            return Ok::<_, Failure>(super::oci::Image { layers, ..Default::default() });
         }
         if let Some(path) = from.strip_prefix("oci-archive:") {
             let p = super::context_path(ctx, path)

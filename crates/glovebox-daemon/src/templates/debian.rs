@@ -40,6 +40,30 @@ fn layer_id(suite: &str, slim: bool, mirror: &str) -> String {
     hash_parts(&[b"debootstrap-minbase-v1", suite.as_bytes(), if slim { b"slim" } else { b"full" }, mirror.as_bytes()])
 }
 
+/// The host's local CA certificates (`GLOVEBOX_EXTRA_CA_DIR`, default
+/// `/usr/local/share/ca-certificates`): hosts behind a TLS-inspecting proxy need them for
+/// `apt`/`pip` in builds, as the host's own tools do. Certificates are public; only
+/// world-readable `*.crt` files are taken.
+fn extra_cas() -> Vec<(String, Vec<u8>)> {
+    let dir = std::env::var_os("GLOVEBOX_EXTRA_CA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/local/share/ca-certificates"));
+    let mut v = Vec::new();
+    if let Ok(rd) = fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(md) = fs::metadata(e.path()) else { continue };
+            if name.ends_with(".crt") && md.is_file() && md.permissions().mode() & 0o004 != 0 && md.len() < (1 << 20) {
+                if let Ok(b) = fs::read(e.path()) {
+                    v.push((name, b));
+                }
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
 /// Base layers are kept by GC (they cost a download to remake).
 pub fn is_base_layer(store: &Store, id: &str) -> bool {
     fs::read_to_string(store.layer_fs(id).with_file_name("meta.json")).is_ok_and(|m| m.contains("\"step\":\"base "))
@@ -60,6 +84,11 @@ pub async fn ensure(
     }
     let step = format!("base debian:{suite}{} from {mirror}", if slim { "-slim" } else { "" });
     let cache = std::env::var_os("GLOVEBOX_BASE_CACHE").map(PathBuf::from).map(|c| c.join(&id));
+    // One debootstrap per base at a time, also across daemons sharing the cache.
+    let _lock = match &cache {
+        Some(c) => Some(lock_file(c.with_extension("lock")).await?),
+        None => None,
+    };
     if let Some(c) = &cache {
         if c.join("rootfs").is_dir() && c.join("done").is_file() {
             log(format!("using the cached {step}"));
@@ -118,6 +147,67 @@ pub async fn ensure(
     };
     store.commit_layer(&id, &tree, None, &step).map_err(|e| format!("save base layer: {e}"))?;
     Ok(id)
+}
+
+/// The base's layers, top-most first: the Debian root and, when the host has local CA
+/// certificates, a thin layer with them (kept apart so a new certificate does not cost a new
+/// debootstrap).
+pub async fn ensure_layers(
+    store: &Store,
+    suite: &str,
+    slim: bool,
+    scratch: &Path,
+    log: &(dyn Fn(String) + Send + Sync),
+) -> Result<Vec<String>, String> {
+    let root = ensure(store, suite, slim, scratch, log).await?;
+    let cas = extra_cas();
+    if cas.is_empty() {
+        return Ok(vec![root]);
+    }
+    let mut parts: Vec<&[u8]> = vec![b"host-ca-v1", root.as_bytes()];
+    for (n, c) in &cas {
+        parts.push(n.as_bytes());
+        parts.push(c);
+    }
+    let id = hash_parts(&parts);
+    if !store.has_layer(&id) {
+        let tree = scratch.join(format!("ca-{id}"));
+        let local = tree.join("usr/local/share/ca-certificates");
+        let mk = || -> std::io::Result<()> {
+            fs::create_dir_all(&local)?;
+            for (name, body) in &cas {
+                fs::write(local.join(name), body)?;
+                fs::set_permissions(local.join(name), fs::Permissions::from_mode(0o644))?;
+            }
+            Ok(())
+        };
+        mk().map_err(|e| format!("CA layer: {e}"))?;
+        log(format!("adding {} local CA certificate(s) of the host", cas.len()));
+        store
+            .commit_layer(&id, &tree, Some(&root), "base host CA certificates")
+            .map_err(|e| format!("CA layer: {e}"))?;
+    }
+    Ok(vec![id, root])
+}
+
+/// An exclusive `flock` on `path` (created), held while the returned file is open.
+async fn lock_file(path: PathBuf) -> Result<fs::File, String> {
+    tokio::task::spawn_blocking(move || {
+        if let Some(d) = path.parent() {
+            fs::create_dir_all(d).map_err(|e| format!("base cache: {e}"))?;
+        }
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("base cache lock: {e}"))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| format!("base cache lock: {e}"))?;
+        Ok(f)
+    })
+    .await
+    .map_err(|e| format!("base cache lock: {e}"))?
 }
 
 /// Makes a fresh debootstrap root fit for sandboxes: no host resolver or hostname in it,

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use glovebox_proto::api::{BuildLine, BuildTemplate, TemplateList};
+use glovebox_proto::api::{BuildLine, BuildTemplate, LayersFreed, TemplateList};
 use tokio_stream::StreamExt;
 
 use crate::api::{ApiError, AppState, Json, Path};
@@ -83,10 +83,10 @@ pub async fn get_one(State(st): State<AppState>, Path(name): Path<String>) -> Re
 
 pub async fn delete(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let freed = st.manager.template_delete(&name).await?;
-    Ok(json(StatusCode::OK, &serde_json::json!({ "deleted": name, "freed_bytes": freed })))
+    Ok(json(StatusCode::OK, &LayersFreed { freed_bytes: freed }))
 }
 
 pub async fn gc(State(st): State<AppState>) -> Response {
     let freed = st.manager.template_gc().await;
-    json(StatusCode::OK, &serde_json::json!({ "freed_bytes": freed }))
+    json(StatusCode::OK, &LayersFreed { freed_bytes: freed })
 }

@@ -479,6 +479,12 @@ impl Daemon {
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
                 .env("GLOVEBOX_TEST_CANARY", &canary)
+                // Debian bases (debootstrap) are built once per target dir, not per test.
+                .env(
+                    "GLOVEBOX_BASE_CACHE",
+                    std::env::var_os("GLOVEBOX_BASE_CACHE")
+                        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("glovebox-base-cache").into()),
+                )
                 .env("GLOVEBOX_LOG", "info")
                 .env("NO_COLOR", "1")
                 .stdin(Stdio::null())
