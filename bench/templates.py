@@ -6,9 +6,11 @@ sandboxes of one template cost on disk?
                      [--density 100] [--templates target/test-templates]
 
 Starts its own `glovebox serve` (warm pool 0, throwaway data dir, loopback port), then
-1. create latency (POST /v1/sandboxes until it answers, then DELETE), `base` vs
-   `code-interpreter` (a ~250 MB layer), interleaved, N rounds each; p50/p90 per template;
-2. density: DENSITY sandboxes of `code-interpreter` alive at once, each writing 1 MiB; the
+1. builds `bench-big` (host base + ~250 MB in 2 000 files) through the API;
+2. create latency (POST /v1/sandboxes until it answers, then DELETE), `base` vs `bench-big`
+   vs `code-interpreter` (a ~250 MB layer; its create also starts a python kernel in the
+   background), interleaved, N rounds each; p50/p90 per template;
+3. density: DENSITY sandboxes of `bench-big` alive at once, each writing 1 MiB; the
    data dir's size and the root filesystem's used bytes before and after (a sandbox's writes
    go to its own RAM-backed upper, so only they should cost, and not on disk).
 Needs root and the code-interpreter layer (scripts/build-code-interpreter). Loopback only.
@@ -90,7 +92,14 @@ def main():
             except OSError:
                 time.sleep(0.1)
         layer = du(os.path.join(a.templates, "code-interpreter/rootfs"))
-        lat = {"base": [], "code-interpreter": []}
+        # A big template without kernels: ~250 MB in 2 000 files, built through the API.
+        spec = ("FROM host\nRUN mkdir -p /opt/big && cd /opt/big && "
+                "for i in $(seq 1 2000); do head -c 131072 /dev/urandom > f$i; done\n")
+        t0 = time.perf_counter()
+        api.call("POST", "/v1/templates", {"name": "bench-big", "dockerfile": spec}, timeout=600)
+        build_s = time.perf_counter() - t0
+        big = du(os.path.join(data, "layers"))
+        lat = {"base": [], "bench-big": [], "code-interpreter": []}
         for i in range(a.n + 5):
             for t in lat:
                 t0 = time.perf_counter()
@@ -99,26 +108,29 @@ def main():
                 api.call("DELETE", f"/v1/sandboxes/{sb['id']}")
                 if i >= 5:  # warm-up rounds
                     lat[t].append(ms)
-        res = {"layer_bytes": layer, "create_ms": {}}
+        res = {"code_interpreter_layer_bytes": layer, "bench_big_layer_bytes": big,
+               "bench_big_build_s": round(build_s, 1), "create_ms": {}}
         for t, xs in lat.items():
             res["create_ms"][t] = {"p50": round(pct(xs, 0.5), 2), "p90": round(pct(xs, 0.9), 2), "n": len(xs)}
-        res["create_p50_diff_ms"] = round(res["create_ms"]["code-interpreter"]["p50"] - res["create_ms"]["base"]["p50"], 2)
+        for t in ("bench-big", "code-interpreter"):
+            res[f"create_p50_diff_ms_{t}_vs_base"] = round(res["create_ms"][t]["p50"] - res["create_ms"]["base"]["p50"], 2)
 
         st0 = shutil.disk_usage("/").used
         dd0 = du(data)
         ids = []
         for _ in range(a.density):
-            sb = api.call("POST", "/v1/sandboxes", {"template": "code-interpreter", "timeout_s": 600})
+            sb = api.call("POST", "/v1/sandboxes", {"template": "bench-big", "timeout_s": 600, "resources": {"memory_mb": 64}})
             ids.append(sb["id"])
             api.call("POST", f"/v1/sandboxes/{sb['id']}/exec",
-                     {"cmd": ["sh", "-c", "head -c 1048576 /dev/urandom > /tmp/own; python3 -c 'import numpy'"]})
+                     {"cmd": ["sh", "-c", "head -c 1048576 /dev/urandom > /tmp/own; cat /opt/big/f1 > /dev/null"]})
         st1 = shutil.disk_usage("/").used
         dd1 = du(data)
         for i in ids:
             api.call("DELETE", f"/v1/sandboxes/{i}")
         res["density"] = {
             "sandboxes": a.density,
-            "template_layer_bytes": layer,
+            "template": "bench-big",
+            "template_layer_bytes": big,
             "data_dir_growth_bytes": dd1 - dd0,
             "root_fs_growth_bytes": st1 - st0,
             "own_writes_bytes": a.density << 20,

@@ -680,10 +680,11 @@ pub const OPS: &[Op] = &[
                       build log streams one `BuildLine` per line (`base`, `step`, `output`, then `done` \
                       or `error`); otherwise the answer is 201 with the template, or 422 \
                       `build_failed` naming the step, its exit code and output tail. A failed build \
-                      saves no template. A malformed spec is a 400 naming the line.",
+                      saves no template. A malformed spec is a 400 naming the line. Admin key only \
+                      (templates are shared by every tenant).",
         body: Body::Json("BuildTemplate"),
         replies: &[reply(201, "The template (or the build log).", Body::JsonOrNdjson("TemplateInfo", "BuildLine"))],
-        errors: &[400, 401, 413, 415, 422, 500],
+        errors: &[400, 401, 403, 413, 415, 422, 500],
         ..OP
     },
     Op {
@@ -717,7 +718,7 @@ pub const OPS: &[Op] = &[
                       other template uses are removed.",
         params: &[TPL],
         replies: &[reply(200, "Deleted.", Body::Json("LayersFreed"))],
-        errors: &[400, 401, 404, 409, 500],
+        errors: &[400, 401, 403, 404, 409, 500],
         ..OP
     },
     Op {
@@ -729,7 +730,7 @@ pub const OPS: &[Op] = &[
         description: "Removes every layer that no template and no live or warm sandbox uses (Debian base \
                       layers are kept).",
         replies: &[reply(200, "Collected.", Body::Json("LayersFreed"))],
-        errors: &[401, 500],
+        errors: &[401, 403, 500],
         ..OP
     },
     // --- the daemon --------------------------------------------------------------------

@@ -238,6 +238,20 @@ fn failed_step_and_bad_spec() {
     }
     let (st, _) = d.delete("/v1/templates/nope");
     assert_eq!(st, 404);
+    // Templates are shared: a tenant key lists them but does not build or remove them.
+    let (st, k) = d.post("/v1/keys", &json!({ "tenant": "builder" }));
+    assert_eq!(st, 201, "{k}");
+    let key = k["key"].as_str().unwrap();
+    let http = reqwest::blocking::Client::builder().no_proxy().build().unwrap();
+    let r = http
+        .post(format!("{}/v1/templates", d.url))
+        .bearer_auth(key)
+        .json(&json!({ "name": "mine", "dockerfile": "RUN true\n" }))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let r = http.get(format!("{}/v1/templates", d.url)).bearer_auth(key).send().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
     d.shutdown_and_check_leaks();
 }
 

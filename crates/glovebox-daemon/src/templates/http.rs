@@ -2,7 +2,7 @@
 //! manager's template methods).
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -10,6 +10,17 @@ use glovebox_proto::api::{BuildLine, BuildTemplate, LayersFreed, TemplateList};
 use tokio_stream::StreamExt;
 
 use crate::api::{ApiError, AppState, Json, Path};
+use crate::tenants::Caller;
+
+/// Templates are shared by every tenant of the host: building, deleting and collecting
+/// them needs the admin key; any key can list and use them.
+fn require_admin(caller: &Caller) -> Result<(), ApiError> {
+    if caller.admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "templates are built and removed with the admin API key"))
+    }
+}
 
 fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
     (status, axum::Json(v)).into_response()
@@ -18,7 +29,15 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
 /// `POST /v1/templates`: with `Accept: application/x-ndjson` the build log streams (one
 /// `BuildLine` per line, the last `done` or `error`); otherwise the answer comes at the end
 /// (201 + the template, or 422 `build_failed`).
-pub async fn build(State(st): State<AppState>, headers: HeaderMap, Json(req): Json<BuildTemplate>) -> Response {
+pub async fn build(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Json(req): Json<BuildTemplate>,
+) -> Response {
+    if let Err(e) = require_admin(&caller) {
+        return e.into_response();
+    }
     let checked = match super::build::check(req) {
         Ok(c) => c,
         Err(f) => return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", f.message).into_response(),
@@ -81,12 +100,20 @@ pub async fn get_one(State(st): State<AppState>, Path(name): Path<String>) -> Re
     Ok(json(StatusCode::OK, &st.manager.template_get(&name)?))
 }
 
-pub async fn delete(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn delete(
+    Extension(caller): Extension<Caller>,
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    require_admin(&caller)?;
     let freed = st.manager.template_delete(&name).await?;
     Ok(json(StatusCode::OK, &LayersFreed { freed_bytes: freed }))
 }
 
-pub async fn gc(State(st): State<AppState>) -> Response {
+pub async fn gc(Extension(caller): Extension<Caller>, State(st): State<AppState>) -> Response {
+    if let Err(e) = require_admin(&caller) {
+        return e.into_response();
+    }
     let freed = st.manager.template_gc().await;
     json(StatusCode::OK, &LayersFreed { freed_bytes: freed })
 }
