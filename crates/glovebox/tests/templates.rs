@@ -214,6 +214,12 @@ fn failed_step_and_bad_spec() {
     let (_, l) = d.get("/v1/templates");
     assert_eq!(l["templates"], json!([]));
     assert_eq!(d.post("/v1/sandboxes", &json!({ "template": "broken" })).0, 404);
+    // The step that succeeded stays as cache until GC, which removes it (no template names it).
+    let layers = d.data_dir.join("layers");
+    assert_eq!(fs::read_dir(&layers).unwrap().count(), 1, "the first step's layer is cached");
+    let o = run_bounded(d.cli().args(["template", "gc"]), None, Duration::from_secs(30));
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    assert_eq!(fs::read_dir(&layers).unwrap().count(), 0, "gc left an unreferenced layer");
 
     // The API without streaming: 422 with the step and exit code.
     let (st, v) = d.post("/v1/templates", &json!({ "name": "broken2", "dockerfile": "RUN false\n" }));
