@@ -329,6 +329,8 @@ pub fn spawn_proxy(listener: tokio::net::TcpListener, eg: Arc<Egress>, stop: Arc
                 r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
                 _ = stop.notified() => return,
             };
+            // Relayed requests are small writes: Nagle would hold them back for an ACK.
+            let _ = conn.set_nodelay(true);
             let eg2 = eg.clone();
             tokio::spawn(async move { proxy_one(conn, eg2).await });
         }
