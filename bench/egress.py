@@ -108,6 +108,13 @@ class Api:
         return r["stdout"]
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     if not xs:
@@ -249,6 +256,7 @@ def run(w, a):
     how = {"direct": ("api.good.test", ADDR, "/tmp/ca.pem"), "pass": ("api.good.test", "-", "/tmp/ca.pem"),
            "brokered": ("api.good.test", "-", "-")}
     tput = {k: [] for k in cfgs}
+    cpu = {k: 0.0 for k in cfgs}
     keep = {k: [] for k in cfgs}
     new = {k: [] for k in cfgs}
     url = f"https://api.good.test:8443/bytes/{a.mib << 20}"
@@ -261,7 +269,9 @@ def run(w, a):
                 curl += ["--resolve", f"{host}:8443:{ip}"]
             if cafile != "-":
                 curl += ["--cacert", cafile]
+            c0 = cpu_s(w.daemon.pid)
             size, total = api.exec(sbs[name], curl + [url]).split()
+            cpu[name] += cpu_s(w.daemon.pid) - c0
             if int(size) != a.mib << 20:
                 raise SystemExit(f"egress bench: {name}: downloaded {size} bytes")
             tput[name].append(int(size) / float(total) / (1 << 20))
@@ -297,6 +307,8 @@ def run(w, a):
         "params": vars(a),
         "throughput_mib_s": {k: {"median": med[k], "all": v} for k, v in tput.items()},
         "throughput_ratio": {k: med[k] / med["direct"] for k in ("pass", "brokered")},
+        # Daemon CPU per MiB downloaded (the proxy's work; the exec round trip adds a little).
+        "daemon_cpu_ms_per_mib": {k: cpu[k] * 1000 / (a.mib * a.rounds) for k in cfgs},
         "keepalive_ms": {k: summary(v) for k, v in keep.items()},
         "new_connection_ms": {k: summary(v) for k, v in new.items()},
         "added_p50_ms": {
@@ -319,6 +331,9 @@ def report(r):
         ratio = 1.0 if k == "direct" else r["throughput_ratio"][k]
         print(f"{k:<10} {t:>8.0f} {ratio:>6.2f} {f(ka['p50']):>9} {f(ka['p95']):>7} {f(ka['p99']):>7} "
               f"{f(nc['p50']):>8} {f(nc['p95']):>7} {f(nc['p99']):>7}")
+    c = r["daemon_cpu_ms_per_mib"]
+    print("daemon CPU per MiB downloaded (ms): " + ", ".join(f"{k} {c[k]:.2f}" for k in c)
+          + f"  (brokered: the proxy alone could relay {1000 / max(c['brokered'], 1e-9):.0f} MiB/s per core)")
     ad = r["added_p50_ms"]
     print(f"added p50 (ms): keep-alive pass {f(ad['keepalive']['pass'])}, brokered {f(ad['keepalive']['brokered'])}; "
           f"new connection pass {f(ad['new_connection']['pass'])}, brokered {f(ad['new_connection']['brokered'])}")

@@ -38,7 +38,8 @@ pub struct Egress {
     pub policy: RwLock<Policy>,
     resolved: Mutex<HashMap<Ipv4Addr, HashSet<String>>>,
     audit: Mutex<VecDeque<EgressEntry>>,
-    conns: Mutex<Vec<(String, u16, tokio::task::AbortHandle)>>,
+    /// Proxied connections: name, port, the brokering rule they run under (if any), task.
+    conns: Mutex<Vec<Conn>>,
     /// Bytes sent and received over every recorded connection (usage metering; the audit
     /// ring forgets old entries, these totals do not).
     pub bytes_up: std::sync::atomic::AtomicU64,
@@ -49,6 +50,8 @@ pub struct Egress {
     /// The sandbox's CA, made when a policy first brokers.
     ca: Mutex<Option<Arc<crate::broker::Ca>>>,
 }
+
+type Conn = (String, u16, Option<glovebox_proto::policy::DomainRule>, tokio::task::AbortHandle);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -112,14 +115,16 @@ impl Egress {
         lock(&self.audit).iter().cloned().collect()
     }
 
-    /// Replaces the policy and closes proxied connections it no longer allows.
+    /// Replaces the policy and closes proxied connections it no longer allows, and brokered
+    /// ones whose rule changed (or plain ones that would now be brokered): a connection never
+    /// goes on with headers its policy no longer gives it.
     pub fn set_policy(&self, p: Policy) {
         let mut conns = lock(&self.conns);
-        conns.retain(|(name, port, h)| {
+        conns.retain(|(name, port, rule, h)| {
             if h.is_finished() {
                 return false;
             }
-            if !p.allows_name_port(name, *port) {
+            if !p.allows_name_port(name, *port) || p.broker(name, *port) != rule.as_ref() {
                 h.abort();
                 return false;
             }
@@ -398,11 +403,11 @@ async fn proxy_one(mut conn: tokio::net::TcpStream, eg: Arc<Egress>) {
     // Track it so a policy change can close it.
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let copy = tokio::spawn(async move {
-        let r = tokio::io::copy_bidirectional(&mut conn, &mut up).await;
+        let r = tokio::io::copy_bidirectional_with_sizes(&mut conn, &mut up, 64 << 10, 64 << 10).await;
         let _ = tx.send(());
         r
     });
-    lock(&eg.conns).push((name.clone(), port, copy.abort_handle()));
+    lock(&eg.conns).push((name.clone(), port, None, copy.abort_handle()));
     let mut e = entry("tcp", &name, Some(ip), port, true, "allowed by name");
     match copy.await {
         Ok(Ok((a, b))) => {
@@ -458,7 +463,7 @@ async fn brokered(
     }
     let names: Vec<String> = rule.inject.iter().map(|h| h.name.clone()).collect();
     let task = tokio::spawn(crate::broker::serve(conn, head, dst, name.clone(), headers, ca));
-    lock(&eg.conns).push((name.clone(), port, task.abort_handle()));
+    lock(&eg.conns).push((name.clone(), port, Some(rule.clone()), task.abort_handle()));
     let mut e = entry("tcp", &name, Some(ip), port, true, "");
     e.injected_headers = names;
     match task.await {

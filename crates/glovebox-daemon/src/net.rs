@@ -127,7 +127,11 @@ impl Net {
         let host_side = format!(
             "link add {dev} type veth peer name eth0 netns {pid}\n\
              addr add {host}/30 dev {dev}\n\
-             link set {dev} up\n"
+             link set {dev} alias {owner}\n\
+             link set {dev} up\n",
+            // Names the daemon that owns the link (its table's name), for leak checks on a
+            // host where several daemons run.
+            owner = self.table
         );
         let ip_batch = |script: &str| run(Command::new("ip").arg("-batch").arg("-"), Some(script));
         let host_r = match ip_batch(&host_side) {

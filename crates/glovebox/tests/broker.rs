@@ -395,6 +395,32 @@ fn brokered_credentials_never_enter_the_sandbox() {
     let e = https().into_iter().find(|e| e["path"] == "/after-update").expect("request after the update");
     assert_eq!(e["authorization"], format!("Bearer {rotated}").as_str());
 
+    // A brokered connection does not outlive its rule: dropping inject_headers closes it.
+    let hold = r#"
+import http.client, ssl, time
+c = http.client.HTTPSConnection("api.good.test", 8443, context=ssl.create_default_context(), timeout=5)
+c.request("GET", "/before-rule-change"); r = c.getresponse(); print(r.status, r.read().decode(), flush=True)
+time.sleep(3)
+try:
+    c.request("GET", "/after-rule-change"); r = c.getresponse(); print("after:", r.status, r.read().decode())
+except Exception as e:
+    print("after:", type(e).__name__)
+"#;
+    let (st, bg) =
+        d.post(&format!("/v1/sandboxes/{live}/exec"), &json!({ "cmd": ["python3", "-c", hold], "background": true }));
+    assert_eq!(st, 202, "{bg}");
+    let first = common::poll(Duration::from_secs(15), Duration::from_millis(50), || {
+        https().iter().any(|e| e["path"] == "/before-rule-change").then_some(())
+    });
+    assert!(first.is_some(), "the held brokered connection made its first request");
+    let plain_policy = json!({ "mode": "allow-list", "allow": ["api.good.test:8443"] });
+    assert_eq!(put(&d, &format!("/v1/sandboxes/{live}/network"), &plain_policy).0, 200);
+    let cid = bg["id"].as_u64().unwrap();
+    let (_, res) = d.get(&format!("/v1/sandboxes/{live}/commands/{cid}?wait=true"));
+    let out = res["stdout"].as_str().unwrap_or_default();
+    assert!(out.starts_with("200 ok") && !out.contains("after: 200"), "the connection outlived its rule: {res}");
+    assert!(!https().iter().any(|e| e["path"] == "/after-rule-change"), "a request went out after the rule change");
+
     // Nothing the API said and nothing the daemon logged holds a value.
     for (what, v) in [("secret", &secret), ("rotated secret", &rotated), ("literal header value", &literal)] {
         assert!(!seen.0.contains(v.as_str()), "the {what} appeared in an API response");
@@ -402,6 +428,7 @@ fn brokered_credentials_never_enter_the_sandbox() {
     }
 
     let pid = d.pid();
+    assert!(!inet::links_of(pid).is_empty(), "control: the live sandboxes' links are found by their alias");
     d.shutdown_and_check_leaks();
     inet::assert_no_net_state(pid);
     drop(inet);

@@ -122,6 +122,8 @@ def tls():
     def serve(c, peer, n):
         try:
             c.settimeout(10)
+            # Without it a response waits for the client's delayed ACK of the session ticket.
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             t = ctx.wrap_socket(c, server_side=True)
             log(kind="tls", port=8443, peer=peer[0], conn=n)
             f = t.makefile("rwb")

@@ -181,6 +181,7 @@ fn policies_are_enforced_on_the_host_side() {
     }
 
     let pid = d.pid();
+    assert!(!inet::links_of(pid).is_empty(), "control: the live sandboxes' links are found by their alias");
     d.shutdown_and_check_leaks();
     inet::assert_no_net_state(pid);
 }

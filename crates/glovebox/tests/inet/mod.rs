@@ -155,17 +155,23 @@ impl Drop for Internet {
     }
 }
 
-/// Nothing of the daemon `pid`'s networking is left: no sandbox link, no nft table.
-pub fn assert_no_net_state(pid: u32) {
+/// The host ends of the links daemon `pid` made (each carries the alias `glovebox_<pid>`:
+/// other daemons on the host have links of their own).
+pub fn links_of(pid: u32) -> Vec<String> {
+    let owner = format!("glovebox_{pid}");
     let links = run_bounded(Command::new("ip").args(["-o", "link"]), None, Duration::from_secs(5)).stdout_str();
-    let left: Vec<&str> = links
+    links
         .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .filter(|n| {
-            n.starts_with("gb") && n[2..].split('@').next().is_some_and(|d| d.chars().all(|c| c.is_ascii_digit()))
-        })
-        .collect();
+        .filter(|l| l.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["alias", owner.as_str()]))
+        .map(|l| l.split(": ").nth(1).unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Nothing of the daemon `pid`'s networking is left: no link it made, no nft table.
+pub fn assert_no_net_state(pid: u32) {
+    let left = links_of(pid);
     assert!(left.is_empty(), "sandbox links left behind: {left:?}");
     let tables = run_bounded(Command::new("nft").args(["list", "tables"]), None, Duration::from_secs(5)).stdout_str();
-    assert!(!tables.contains(&format!("glovebox_{pid}")), "the daemon's table is left: {tables}");
+    let owner = format!("table inet glovebox_{pid}");
+    assert!(!tables.lines().any(|l| l.trim() == owner), "the daemon's table is left: {tables}");
 }
