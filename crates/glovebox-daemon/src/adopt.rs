@@ -83,6 +83,10 @@ impl Manager {
         if slot != Some(rec.slot) {
             return Err(format!("uid slot {slot:?} is not the recorded {}", rec.slot));
         }
+        if rec.template == crate::templates::build::BUILD_SANDBOX {
+            // Its build ended with the daemon that ran it (and its upper dir with it).
+            return Err("a template build step's sandbox".into());
+        }
         let pid = rustix::process::Pid::from_raw(rec.pid).ok_or("no PID 1 recorded")?;
         let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
             .map_err(|_| "PID 1 is not running".to_string())?;

@@ -26,6 +26,8 @@ use super::spec::{self, Cmd, Instr};
 use super::store::{hash_parts, hex, TemplateMeta};
 use crate::manager::{Manager, Sb, Template};
 
+/// The template name build sandboxes show (not a valid template name, so never a real one).
+pub const BUILD_SANDBOX: &str = "(template build)";
 /// One step's time budget.
 const STEP_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 /// Lines of output kept for the failure report.
@@ -410,7 +412,7 @@ async fn base(m: &Arc<Manager>, from: &str, ctx: &Path, scratch: &Path, log: &Lo
 fn build_request(req: &BuildTemplate, network: bool) -> CreateSandbox {
     let d = glovebox_proto::api::Limits::default();
     CreateSandbox {
-        template: None,
+        template: Some(BUILD_SANDBOX.into()),
         timeout_s: Some(2 * 3600),
         resources: api::Resources {
             cpus: Some(req.resources.cpus.unwrap_or(d.cpus).clamp(2.0, api::MAX_CPUS)),
