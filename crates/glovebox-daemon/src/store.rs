@@ -236,6 +236,9 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(open)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(open)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(open)?;
+        // A small page cache (512 KiB): the daemon's memory must not grow with the file; the
+        // OS page cache keeps hot pages anyway.
+        conn.pragma_update(None, "cache_size", -512).map_err(open)?;
         migrate(&mut conn, path)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
