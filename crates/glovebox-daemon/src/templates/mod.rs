@@ -39,7 +39,11 @@ pub struct Templates {
 
 impl Templates {
     pub fn open(data_dir: &Path, run_dir: &Path) -> Result<Templates> {
-        let store = Store::open(data_dir).map_err(|e| Error::Internal(format!("template store: {e}")))?;
+        // A full or read-only data dir must not stop the daemon (sandboxes need no store).
+        let store = Store::open(data_dir).unwrap_or_else(|e| {
+            tracing::error!("template store in {}: {e}; building templates will fail", data_dir.display());
+            Store::at(data_dir)
+        });
         let mini = run_dir.join("base").join(format!("mini-{}", std::process::id()));
         build_mini_skel(&mini).map_err(|e| Error::Internal(format!("mini skeleton: {e}")))?;
         Ok(Templates { store, mini, gc_lock: tokio::sync::RwLock::new(()), building: Default::default() })

@@ -87,6 +87,12 @@ pub struct Store {
 }
 
 impl Store {
+    /// The store at `data_dir` without touching the disk (what `open` falls back to when
+    /// the data dir is not writable: built templates still load, builds fail saying why).
+    pub fn at(data_dir: &Path) -> Store {
+        Store { root: data_dir.to_path_buf() }
+    }
+
     pub fn open(data_dir: &Path) -> io::Result<Store> {
         let s = Store { root: data_dir.to_path_buf() };
         for d in ["layers", "templates", "builds"] {
