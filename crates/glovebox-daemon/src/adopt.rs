@@ -145,9 +145,10 @@ impl Manager {
             // The template as stored now (its defaults; its layers kept by GC).
             template_defaults: self.templates.store.load(&rec.template).map(Arc::new),
             tenant,
-            // Metered from now on: what it used before the restart was billed up to the crash
-            // only if the previous daemon sampled it (see `usage`).
-            meter: crate::usage::Meter::new(now, cpu_now),
+            // CPU: the cgroup's counter kept running while the daemon was down, so everything
+            // above the base recorded at create is billed (older records have none: from
+            // now). Memory is integrated again from now; wall time from the creation.
+            meter: crate::usage::Meter::resumed(rec.created_at, rec.config.cpu_base_usec.unwrap_or(cpu_now)),
             _slot: slot,
         }))
     }

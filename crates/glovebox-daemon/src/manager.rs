@@ -264,6 +264,7 @@ impl Sb {
             idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
             preload: self.preload.clone(),
             tenant: Some(self.tenant.clone()),
+            cpu_base_usec: Some(self.meter.cpu_base_usec()),
         }
     }
 

@@ -123,6 +123,10 @@ pub struct SandboxConfig {
     /// The owning tenant (`default` when absent).
     #[serde(default)]
     pub tenant: Option<String>,
+    /// The sandbox cgroup's CPU counter when it was handed out (usage metering: what is
+    /// above it is the sandbox's, across daemon restarts).
+    #[serde(default)]
+    pub cpu_base_usec: Option<u64>,
 }
 
 /// Lifecycle state as stored.
@@ -615,6 +619,7 @@ mod tests {
                 idle_timeout_s: Some(30),
                 preload: None,
                 tenant: Some("acme".into()),
+                cpu_base_usec: Some(1234),
             },
             created_at: from_ms(1_000),
             deadline: from_ms(301_000),

@@ -37,6 +37,18 @@ impl Meter {
         Meter { cpu_base_usec, started, started_mono: Instant::now(), state: Mutex::new(State::default()) }
     }
 
+    /// The meter of a sandbox adopted after a daemon restart: started at `created`, CPU above
+    /// `cpu_base_usec` (the cgroup's counter survives the daemon).
+    pub fn resumed(created: SystemTime, cpu_base_usec: u64) -> Meter {
+        let age = SystemTime::now().duration_since(created).unwrap_or_default();
+        let started_mono = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        Meter { cpu_base_usec, started: created, started_mono, state: Mutex::new(State::default()) }
+    }
+
+    pub fn cpu_base_usec(&self) -> u64 {
+        self.cpu_base_usec
+    }
+
     /// Folds in one reading of the sandbox's cgroup. Memory between two samples counts at
     /// the mean of both (trapezoid), so short spikes between samples are not billed in full
     /// and a steady sandbox is billed exactly.

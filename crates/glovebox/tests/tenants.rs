@@ -336,3 +336,31 @@ fn a_tenant_cannot_see_or_use_another_tenants_secrets() {
     assert!(!d.log().contains(&value), "the daemon log must not contain a secret value");
     d.shutdown_and_check_leaks();
 }
+
+#[test]
+fn cpu_burned_before_a_daemon_crash_stays_metered_after_re_adoption() {
+    require_root!();
+    let mut d = Daemon::start();
+    let (k, _) = key_for(&d, "crashy");
+    let (st, s) = create_as(&d, &k, sandbox_body(json!({ "resources": { "cpus": 1 } })));
+    assert_eq!(st, 201, "{s}");
+    let id = s["id"].as_str().unwrap().to_string();
+    let burn = "import time\nwhile time.process_time() < 1.0:\n    pass\n";
+    let (st, r) = as_key(
+        &d,
+        &k,
+        Method::POST,
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(&json!({ "cmd": ["python3", "-c", burn], "timeout_ms": 30_000 })),
+    );
+    assert_eq!((st, r["exit_code"].as_i64()), (200, Some(0)), "{r}");
+    d.crash();
+    let d = d.restart();
+    let (st, u) = as_key(&d, &k, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None);
+    assert_eq!(st, 200, "re-adopted, same owner: {u}");
+    let cpu = u["cpu_seconds"].as_f64().unwrap();
+    assert!((0.9..1.5).contains(&cpu), "the second burned before the crash is still metered: {u}");
+    assert!(u["wall_seconds"].as_f64().unwrap() >= 1.0, "wall time counts from the creation: {u}");
+    assert_eq!(as_key(&d, &k, Method::DELETE, &format!("/v1/sandboxes/{id}"), None).0, 204);
+    d.shutdown_and_check_leaks();
+}
