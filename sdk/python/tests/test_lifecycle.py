@@ -100,3 +100,28 @@ def test_create_with_explicit_url_and_key(daemon, monkeypatch):
         assert sb.commands.run("echo ok").stdout == "ok\n"
         assert any(s.id == sb.id for s in Sandbox.list(url=daemon.url, api_key=daemon.api_key))
     assert glovebox.__version__
+
+
+def test_idle_timeout_usage_and_events(daemon):
+    sb = Sandbox.create(timeout=60, idle_timeout=2)
+    try:
+        for _ in range(3):  # keep-alives hold it open past its idle period
+            time.sleep(1)
+            sb.keepalive()
+        assert sb.is_running()
+        sb.commands.run("python3 -c 'import time\nwhile time.process_time() < 0.3: pass'")
+        u = sb.usage()
+        assert u["cpu_seconds"] >= 0.25 and u["wall_seconds"] >= 3, u
+        # Poll the list, not the sandbox: a request to the sandbox is activity.
+        end = time.monotonic() + 10
+        while any(i.id == sb.id for i in Sandbox.list()):
+            assert time.monotonic() < end, "not stopped 10 s after its 2 s idle period"
+            time.sleep(0.2)
+        with pytest.raises(SandboxGoneError) as gone:
+            sb.info()
+        assert gone.value.reason == "idle"
+        kinds = [(e["type"], e.get("reason")) for e in sb.events()]
+        assert kinds[0][0] == "created" and kinds[-1] == ("ended", "idle"), kinds
+        assert sb.usage()["ended_at"], "usage stays readable after the end"
+    finally:
+        sb.kill()

@@ -96,10 +96,11 @@ class AsyncSandbox:
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
+        idle_timeout: Optional[float] = None,
     ) -> "AsyncSandbox":
         sb = await _call(Sandbox.create, template=template, timeout=timeout, cpus=cpus, memory_mb=memory_mb,
                          disk_mb=disk_mb, pids=pids, env=env, metadata=metadata, network=network, url=url,
-                         api_key=api_key, request_timeout=request_timeout)
+                         api_key=api_key, request_timeout=request_timeout, idle_timeout=idle_timeout)
         return cls(sb)
 
     @classmethod
@@ -190,6 +191,15 @@ class AsyncSandbox:
 
     async def metrics(self) -> Metrics:
         return await _call(self._sync.metrics)
+
+    async def usage(self) -> Any:
+        return await _call(self._sync.usage)
+
+    async def events(self) -> List[Any]:
+        return await _call(self._sync.events)
+
+    async def keepalive(self) -> None:
+        await _call(self._sync.keepalive)
 
 
 class AsyncCommands:

@@ -101,13 +101,17 @@ class Sandbox:
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
+        idle_timeout: Optional[float] = None,
     ) -> "Sandbox":
         """Creates a sandbox. ``timeout`` is its lifetime in seconds (it is destroyed then,
         whatever runs; extend with :meth:`set_timeout`). ``network`` is a policy object
         (``{"mode": "deny-all"}``) or just its mode. ``url``/``api_key`` default to
-        ``$GLOVEBOX_URL`` / ``$GLOVEBOX_API_KEY``."""
+        ``$GLOVEBOX_URL`` / ``$GLOVEBOX_API_KEY``. ``idle_timeout`` (seconds) stops it once
+        nothing has run in it or talked to it for that long (reason ``idle``)."""
         t = Transport(url, api_key, request_timeout)
         body = _create_body(template, timeout, cpus, memory_mb, disk_mb, pids, env, metadata, network)
+        if idle_timeout is not None:
+            body["idle_timeout_s"] = int(math.ceil(idle_timeout))
         info = SandboxInfo.from_json(t.request("POST", "/v1/sandboxes", json=body).json())
         return cls(info.id, transport=t, info=info)
 
@@ -325,6 +329,24 @@ class Sandbox:
         """CPU, memory, disk and process use against the sandbox's limits
         (``GET …/metrics``). Raises ``NotSupportedError`` on daemons without the route."""
         return Metrics.from_json(self._optional_route("GET", "/metrics", "sandbox metrics") or {})
+
+    def usage(self) -> Dict[str, Any]:
+        """Metered use (``GET …/usage``): ``cpu_seconds``, ``memory_gib_seconds``,
+        ``memory_peak_bytes``, ``wall_seconds``, ``egress_bytes_up``/``down``; also after the
+        sandbox ended."""
+        return self._optional_route("GET", "/usage", "usage metering") or {}
+
+    def events(self) -> List[Dict[str, Any]]:
+        """The sandbox's lifecycle events (created, adopted, ended with a reason), oldest first;
+        also after it ended."""
+        r = self._optional_route("GET", "/events", "lifecycle events")
+        if isinstance(r, dict):
+            return list(r.get("events", []))
+        return list(r or [])
+
+    def keepalive(self) -> None:
+        """Counts as activity for the idle clock (``POST …/keepalive``)."""
+        self._optional_route("POST", "/keepalive", "keep-alive", json={})
 
     # -- helpers ------------------------------------------------------------------------
 
