@@ -23,6 +23,15 @@ fn as_key(d: &Daemon, key: &str, m: Method, path: &str, body: Option<&Value>) ->
     d.send(rb)
 }
 
+/// Burns `seconds` of CPU in sandbox `id` (process time, so the CPU quota does not change
+/// the amount).
+fn burn_cpu(d: &Daemon, key: &str, id: &str, seconds: f64) {
+    let burn = format!("import time\nwhile time.process_time() < {seconds}:\n    pass\n");
+    let body = json!({ "cmd": ["python3", "-c", burn], "timeout_ms": 30_000 });
+    let (st, r) = as_key(d, key, Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(&body));
+    assert_eq!((st, r["exit_code"].as_i64()), (200, Some(0)), "{r}");
+}
+
 fn create_as(d: &Daemon, key: &str, body: Value) -> (u16, Value) {
     let (st, v) = as_key(d, key, Method::POST, "/v1/sandboxes", Some(&body));
     if let Some(id) = v["id"].as_str() {
@@ -181,16 +190,7 @@ fn usage_of_two_cpu_seconds_is_metered_within_ten_percent() {
     let (_, u0) = as_key(&d, &k, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None);
     let cpu0 = u0["cpu_seconds"].as_f64().unwrap();
     assert!(cpu0 < 0.5, "a fresh sandbox has used almost no CPU: {u0}");
-    // Burn 2 s of CPU (process time, so the CPU quota does not change the amount).
-    let burn = "import time\nwhile time.process_time() < 2.0:\n    pass\n";
-    let (st, r) = as_key(
-        &d,
-        &k,
-        Method::POST,
-        &format!("/v1/sandboxes/{id}/exec"),
-        Some(&json!({ "cmd": ["python3", "-c", burn], "timeout_ms": 30_000 })),
-    );
-    assert_eq!((st, r["exit_code"].as_i64()), (200, Some(0)), "{r}");
+    burn_cpu(&d, &k, &id, 2.0);
     std::thread::sleep(Duration::from_millis(300));
     let (st, u) = as_key(&d, &k, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None);
     assert_eq!(st, 200, "{u}");
@@ -345,15 +345,7 @@ fn cpu_burned_before_a_daemon_crash_stays_metered_after_re_adoption() {
     let (st, s) = create_as(&d, &k, sandbox_body(json!({ "resources": { "cpus": 1 } })));
     assert_eq!(st, 201, "{s}");
     let id = s["id"].as_str().unwrap().to_string();
-    let burn = "import time\nwhile time.process_time() < 1.0:\n    pass\n";
-    let (st, r) = as_key(
-        &d,
-        &k,
-        Method::POST,
-        &format!("/v1/sandboxes/{id}/exec"),
-        Some(&json!({ "cmd": ["python3", "-c", burn], "timeout_ms": 30_000 })),
-    );
-    assert_eq!((st, r["exit_code"].as_i64()), (200, Some(0)), "{r}");
+    burn_cpu(&d, &k, &id, 1.0);
     d.crash();
     let d = d.restart();
     let (st, u) = as_key(&d, &k, Method::GET, &format!("/v1/sandboxes/{id}/usage"), None);
