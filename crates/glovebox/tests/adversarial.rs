@@ -585,7 +585,7 @@ fn resource_abuse_leaves_the_host_and_the_daemon_responsive() {
     let (fork_r, mem_r, inode_r, (cpu_r, cpu_used, cpu_wall), (shm_r, flood_r)) = std::thread::scope(|s| {
         let hs = [
             s.spawn(|| {
-                json!([d.exec(&fork, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; sleep 30"], "timeout_ms": 6000 }))])
+                json!([d.exec(&fork, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; exec sleep 30"], "timeout_ms": 6000 }))])
             }),
             s.spawn(|| {
                 json!([d.exec(

@@ -125,9 +125,10 @@ fn fork_bomb_is_capped_and_the_host_is_unaffected() {
     assert_eq!(ok + failed, 200);
     assert_eq!(d.sh_ok(&id, "echo alive"), "alive\n");
 
-    // A real shell fork bomb, ended by the command timeout; the sandbox survives it.
+    // A real shell fork bomb, ended by the command timeout; the sandbox survives it. The
+    // parent `exec`s its sleep: a fork there could lose the race against the bomb and exit.
     let t = Instant::now();
-    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; sleep 30"], "timeout_ms": 2000 }));
+    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; exec sleep 30"], "timeout_ms": 2000 }));
     assert!(t.elapsed() < Duration::from_secs(8), "bomb took {:?} to end", t.elapsed());
     assert_eq!(r["timed_out"], true, "{}", summary(&r));
     let left = common::poll(Duration::from_secs(5), Duration::from_millis(100), || {
