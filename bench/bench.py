@@ -1107,7 +1107,7 @@ ORDER = [
     ("peer.host_plot_warm", "host python, preloaded: the cell's second run (no sandbox)"),
     ("peer.host_plot_cold", "host python3, the same cell from a cold start (imports included)"),
     ("net.create_deny_all", "create, network deny-all (warm pool 0)"),
-    ("net.create_allow_list", "create, network allow-list 203.0.113.0/24 (warm pool 0)"),
+    ("net.create_allow_list", "create, network allow-list 198.51.100.0/24 (warm pool 0)"),
     ("net.destroy_deny_all", "destroy, network deny-all"),
     ("net.destroy_allow_list", "destroy, network allow-list"),
 ]
@@ -1455,7 +1455,7 @@ def main():
         if shutil.which("nft") or os.path.exists("/usr/sbin/nft"):
             add("net.create_deny_all", net_n, 3, net_step(api, "deny_all", {"mode": "deny-all"}), group="net")
             add("net.create_allow_list", net_n, 3,
-                net_step(api, "allow_list", {"mode": "allow-list", "allow": ["203.0.113.0/24"]}), group="net")
+                net_step(api, "allow_list", {"mode": "allow-list", "allow": ["198.51.100.0/24"]}), group="net")
         elif wanted("net."):
             unavailable["net.*"] = "nft not installed (scripts/deps installs nftables)"
 

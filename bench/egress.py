@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """HTTPS through the egress proxy against the same HTTPS without it, in one run.
 
-Builds a test "internet" of its own (a network namespace holding 203.0.113.10, TEST-NET-3,
+Builds a test "internet" of its own (a network namespace holding 198.51.100.10, TEST-NET-2,
 with the test HTTPS server of crates/glovebox/tests/netfix.py and a certificate from a test
 CA made here), starts one `glovebox serve` that trusts that CA upstream, and creates three
 sandboxes that reach the same server:
 
-  direct     allow-list "203.0.113.10:8443": routed by nftables, no proxy (the baseline)
+  direct     allow-list "198.51.100.10:8443": routed by nftables, no proxy (the baseline)
   pass       allow-list "api.good.test:8443": the name proxy reads the SNI and relays bytes
   brokered   the same name with inject_headers: the proxy terminates TLS with the sandbox's CA,
              sets Authorization from a secret, and re-encrypts to the verified upstream
@@ -38,7 +38,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 NETFIX = os.path.join(REPO, "crates/glovebox/tests/netfix.py")
-ADDR = "203.0.113.10"
+ADDR = "198.51.100.10"
 
 CLIENT = r"""
 import json, socket, ssl, sys, time
@@ -157,12 +157,12 @@ class World:
             ["ip", "netns", "add", self.ns],
             ["ip", "link", "add", self.veth, "type", "veth", "peer", "name", peer],
             ["ip", "link", "set", peer, "netns", self.ns],
-            ["ip", "addr", "add", "203.0.113.1/24", "dev", self.veth],
+            ["ip", "addr", "add", "198.51.100.1/24", "dev", self.veth],
             ["ip", "link", "set", self.veth, "up"],
             ["ip", "netns", "exec", self.ns, "ip", "link", "set", "lo", "up"],
             ["ip", "netns", "exec", self.ns, "ip", "addr", "add", ADDR + "/24", "dev", peer],
             ["ip", "netns", "exec", self.ns, "ip", "link", "set", peer, "up"],
-            ["ip", "netns", "exec", self.ns, "ip", "route", "add", "default", "via", "203.0.113.1"],
+            ["ip", "netns", "exec", self.ns, "ip", "route", "add", "default", "via", "198.51.100.1"],
         ):
             sh(*cmd)
         self.server = subprocess.Popen(
@@ -286,7 +286,7 @@ def run(w, a):
     # Create + destroy cost per policy, interleaved.
     create_pols = {
         "deny_all": {"mode": "deny-all"},
-        "cidr_allow_list": {"mode": "allow-list", "allow": ["203.0.113.0/24"]},
+        "cidr_allow_list": {"mode": "allow-list", "allow": ["198.51.100.0/24"]},
         "name_allow_list": {"mode": "allow-list", "allow": ["api.good.test:8443"]},
         "brokering": {"mode": "allow-list", "allow": [broker]},
     }

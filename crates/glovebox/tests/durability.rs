@@ -65,7 +65,7 @@ fn sigkilled_daemon_restarts_and_readopts_every_intact_sandbox() {
     let a =
         d.create(sandbox_body(json!({ "timeout_s": 120, "metadata": { "who": "a" }, "env": { "GREETING": "hi" } })));
     let short = d.create(sandbox_body(json!({ "timeout_s": 12 })));
-    let net = d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": ["203.0.113.0/24"] } })));
+    let net = d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": ["198.51.100.0/24"] } })));
     let mut others = Vec::new();
     for _ in 0..5 {
         others.push(d.create(sandbox_body(json!({}))));

@@ -4,13 +4,14 @@
 //! script in `tests/e2b/` asserts what a user would see and prints one `ok:` line a check.
 
 mod common;
+mod inet;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{rand_token, run_bounded, Daemon};
+use common::{run_bounded, Daemon};
 
 fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b")
@@ -149,87 +150,15 @@ fn node_sdk_smoke() {
     d.shutdown_and_check_leaks();
 }
 
-/// The test's own "internet": a network namespace with two TEST-NET-3 servers (never
-/// routed on the internet), each logging every connection. Removed on drop.
-struct Internet {
-    ns: String,
-    veth: String,
-    log: PathBuf,
-    servers: Vec<Child>,
-    _dir: tempfile::TempDir,
-}
-
-fn sh(args: &[&str]) -> bool {
-    run_bounded(Command::new(args[0]).args(&args[1..]), None, Duration::from_secs(10)).code() == Some(0)
-}
-
-impl Internet {
-    fn start() -> Internet {
-        let tag = rand_token(6);
-        let dir = common::tempdir("gbtest-e2b-inet-");
-        let mut me = Internet {
-            ns: format!("gbe2b-{tag}"),
-            veth: format!("gbe2b{tag}"),
-            log: dir.path().join("canary.log"),
-            servers: Vec::new(),
-            _dir: dir,
-        };
-        let (ns, veth) = (me.ns.clone(), me.veth.clone());
-        let peer = format!("{veth}p");
-        for cmd in [
-            vec!["ip", "netns", "add", &ns],
-            vec!["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer],
-            vec!["ip", "link", "set", &peer, "netns", &ns],
-            vec!["ip", "addr", "add", "203.0.113.1/24", "dev", &veth],
-            vec!["ip", "link", "set", &veth, "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.10/24", "dev", &peer],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.20/24", "dev", &peer],
-            vec!["ip", "netns", "exec", &ns, "ip", "link", "set", &peer, "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "route", "add", "default", "via", "203.0.113.1"],
-        ] {
-            assert!(sh(&cmd), "set-up step failed: {cmd:?}");
-        }
-        let fix = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/netfix.py");
-        let log = me.log.display().to_string();
-        for (addr, logf) in [("203.0.113.10", log.clone()), ("203.0.113.20", format!("{log}.other"))] {
-            let mut c = Command::new("ip")
-                .args(["netns", "exec", &ns, "python3", fix, addr, &logf])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("fixture server");
-            let mut line = String::new();
-            use std::io::BufRead;
-            std::io::BufReader::new(c.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
-            assert_eq!(line.trim(), "ready", "fixture server did not start");
-            me.servers.push(c);
-        }
-        me
-    }
-}
-
-impl Drop for Internet {
-    fn drop(&mut self) {
-        for c in &mut self.servers {
-            drop(c.stdin.take());
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = sh(&["ip", "link", "del", &self.veth]);
-        let _ = sh(&["ip", "netns", "del", &self.ns]);
-    }
-}
-
 #[test]
 fn network_options() {
     require_root!();
-    let inet = Internet::start();
+    let inet = inet::Internet::start();
     // The fixture answers the host, so a block seen from a sandbox is the policy's doing.
     let probe = run_bounded(
         Command::new("python3").args([
             "-c",
-            "import urllib.request; print(urllib.request.urlopen('http://203.0.113.10:8080/', timeout=3).status)",
+            "import urllib.request; print(urllib.request.urlopen('http://198.51.100.10:8080/', timeout=3).status)",
         ]),
         None,
         Duration::from_secs(10),
@@ -237,7 +166,13 @@ fn network_options() {
     assert_eq!(probe.stdout_str().trim(), "200", "the canary answers the host: {}", probe.stderr_str());
     let d = Daemon::start();
     let log = inet.log.display().to_string();
-    run_script(&d, "network.py", 15, Duration::from_secs(240), &[("GLOVEBOX_TEST_CANARY_LOG", &log)]);
+    run_script(
+        &d,
+        "network.py",
+        15,
+        Duration::from_secs(240),
+        &[("GLOVEBOX_TEST_CANARY_LOG", &log), ("GLOVEBOX_TEST_OTHER_LOG", &format!("{log}.evil"))],
+    );
     d.shutdown_and_check_leaks();
     drop(inet);
 }

@@ -1,5 +1,5 @@
 //! Network policies end to end, against a small "internet" this test builds on the machine:
-//! a network namespace holding TEST-NET-3 addresses (203.0.113.0/24, never routed on the
+//! a network namespace holding TEST-NET-2 addresses (198.51.100.0/24, never routed on the
 //! internet) with HTTP, TCP, UDP and DNS services, and a metadata-address canary
 //! (169.254.169.254) that exists only inside that namespace. No packet leaves the machine.
 
@@ -21,10 +21,10 @@ fn py(d: &Daemon, id: &str, code: &str) -> String {
     r["stdout"].as_str().unwrap_or_default().trim().to_string()
 }
 
-const HTTP: &str = "import urllib.request,sys\ntry:\n print(urllib.request.urlopen(sys.argv[1] if len(sys.argv)>1 else 'http://203.0.113.10:8080/', timeout=3).status)\nexcept Exception as e:\n print('blocked', type(e).__name__)";
+const HTTP: &str = "import urllib.request,sys\ntry:\n print(urllib.request.urlopen(sys.argv[1] if len(sys.argv)>1 else 'http://198.51.100.10:8080/', timeout=3).status)\nexcept Exception as e:\n print('blocked', type(e).__name__)";
 
 fn http(d: &Daemon, id: &str, url: &str) -> String {
-    py(d, id, &HTTP.replace("sys.argv[1] if len(sys.argv)>1 else 'http://203.0.113.10:8080/'", &format!("{url:?}")))
+    py(d, id, &HTTP.replace("sys.argv[1] if len(sys.argv)>1 else 'http://198.51.100.10:8080/'", &format!("{url:?}")))
 }
 
 fn resolve(d: &Daemon, id: &str, name: &str) -> String {
@@ -42,7 +42,7 @@ fn udp(d: &Daemon, id: &str, msg: &str) -> String {
         d,
         id,
         &format!(
-            "import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry:\n s.sendto(b{msg:?}, ('203.0.113.10', 9999)); print('sent')\nexcept Exception as e:\n print('blocked', type(e).__name__)"
+            "import socket\ns=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ntry:\n s.sendto(b{msg:?}, ('198.51.100.10', 9999)); print('sent')\nexcept Exception as e:\n print('blocked', type(e).__name__)"
         ),
     )
 }
@@ -67,14 +67,14 @@ fn policies_are_enforced_on_the_host_side() {
     // deny-all (the default): nothing leaves, nothing resolves, the servers see nothing.
     let deny = d.create(sandbox_body(json!({})));
     let before = inet.events().len();
-    assert!(http(&d, &deny, "http://203.0.113.10:8080/").starts_with("blocked"));
+    assert!(http(&d, &deny, "http://198.51.100.10:8080/").starts_with("blocked"));
     assert!(udp(&d, &deny, "deny-all").contains("blocked"), "no route for UDP either");
     assert!(resolve(&d, &deny, "api.good.test").starts_with("nxdomain"));
     assert_eq!(inet.events().len(), before, "deny-all reached the test internet: {:?}", inet.events());
 
     // allow-all: public addresses and DNS work; metadata, the host and private ranges do not.
     let all = d.create(sandbox_body(json!({ "network": { "mode": "allow-all" } })));
-    assert_eq!(http(&d, &all, "http://203.0.113.10:8080/"), "200");
+    assert_eq!(http(&d, &all, "http://198.51.100.10:8080/"), "200");
     assert_eq!(resolve(&d, &all, "api.good.test"), NET, "names resolve through the host-side forwarder");
     assert!(resolve(&d, &all, "secret-data.evil.test").starts_with("nxdomain"));
     let meta_before = inet.meta_events();
@@ -89,18 +89,18 @@ fn policies_are_enforced_on_the_host_side() {
 
     // allow-list with a port: exactly that is reachable.
     let list = d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": [format!("{NET}:8080")] } })));
-    assert_eq!(http(&d, &list, "http://203.0.113.10:8080/"), "200");
-    assert!(http(&d, &list, "http://203.0.113.10:8081/").starts_with("blocked"), "other ports denied");
+    assert_eq!(http(&d, &list, "http://198.51.100.10:8080/"), "200");
+    assert!(http(&d, &list, "http://198.51.100.10:8081/").starts_with("blocked"), "other ports denied");
     let n_udp = inet.events().iter().filter(|e| e["kind"] == "udp").count();
     udp(&d, &list, "not-allowed");
     assert_eq!(inet.events().iter().filter(|e| e["kind"] == "udp").count(), n_udp, "UDP 9999 is not allowed");
 
     // deny wins over allow-all.
     let denied = d.create(sandbox_body(json!({ "network": { "mode": "allow-all", "deny": [format!("{NET}/32")] } })));
-    assert!(http(&d, &denied, "http://203.0.113.10:8080/").starts_with("blocked"));
+    assert!(http(&d, &denied, "http://198.51.100.10:8080/").starts_with("blocked"));
 
     // Live update: a connection opened before the switch to deny-all is closed after it.
-    let hold = "import socket,time,sys\ns=socket.create_connection(('203.0.113.10',8081),timeout=5)\nf=s.makefile('rwb')\nf.write(b'first\\n');f.flush();print(f.readline().decode().strip(),flush=True)\ntime.sleep(3)\ntry:\n f.write(b'second\\n');f.flush();l=f.readline()\n print('after:'+(l.decode().strip() or 'closed'))\nexcept Exception as e:\n print('after:'+type(e).__name__)";
+    let hold = "import socket,time,sys\ns=socket.create_connection(('198.51.100.10',8081),timeout=5)\nf=s.makefile('rwb')\nf.write(b'first\\n');f.flush();print(f.readline().decode().strip(),flush=True)\ntime.sleep(3)\ntry:\n f.write(b'second\\n');f.flush();l=f.readline()\n print('after:'+(l.decode().strip() or 'closed'))\nexcept Exception as e:\n print('after:'+type(e).__name__)";
     let (st, bg) =
         d.post(&format!("/v1/sandboxes/{all}/exec"), &json!({ "cmd": ["python3", "-c", hold], "background": true }));
     assert_eq!(st, 202, "{bg}");
@@ -125,7 +125,7 @@ fn policies_are_enforced_on_the_host_side() {
     assert!(out.starts_with("ok"), "{res}");
     assert!(!out.contains("after:ok"), "the old connection kept working after deny-all: {out}");
     assert!(!inet.events().iter().any(|e| e["kind"] == "hold" && e["line"] == "second"), "a packet got through");
-    assert!(http(&d, &all, "http://203.0.113.10:8080/").starts_with("blocked"), "new connections fail too");
+    assert!(http(&d, &all, "http://198.51.100.10:8080/").starts_with("blocked"), "new connections fail too");
 
     // Domain allow-list: the name works (HTTP by Host, HTTPS by SNI); other names do not
     // resolve and are never asked upstream; a forged Host/SNI towards another address fails.
@@ -153,7 +153,7 @@ fn policies_are_enforced_on_the_host_side() {
     );
     assert!(tls(EVIL, "api.good.test").starts_with("blocked"), "forged SNI towards another address");
     assert!(inet.evil_events().is_empty(), "the other server saw a connection: {}", inet.evil_events());
-    assert!(http(&d, &dom, "http://203.0.113.10:8081/").starts_with("blocked"), "ports outside the rule");
+    assert!(http(&d, &dom, "http://198.51.100.10:8081/").starts_with("blocked"), "ports outside the rule");
     let (st, log) = d.get(&format!("/v1/sandboxes/{dom}/egress"));
     assert_eq!(st, 200, "{log}");
     let entries = log["entries"].as_array().cloned().unwrap_or_default();
@@ -170,9 +170,9 @@ fn policies_are_enforced_on_the_host_side() {
     // Bad policies are clear 400s.
     for bad in [
         json!({ "mode": "allow-list" }),
-        json!({ "mode": "deny-all", "allow": ["203.0.113.0/24"] }),
-        json!({ "mode": "allow-list", "allow": ["203.0.113.0/40"] }),
-        json!({ "mode": "allow-list", "allow": ["203.0.113.10:0"] }),
+        json!({ "mode": "deny-all", "allow": ["198.51.100.0/24"] }),
+        json!({ "mode": "allow-list", "allow": ["198.51.100.0/40"] }),
+        json!({ "mode": "allow-list", "allow": ["198.51.100.10:0"] }),
         json!({ "mode": "sometimes" }),
     ] {
         let (st, e) = d.post("/v1/sandboxes", &json!({ "network": bad }));

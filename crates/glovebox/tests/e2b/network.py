@@ -1,5 +1,5 @@
 """Network options through the official `e2b` SDK, against the test's own "internet" (a
-network namespace holding TEST-NET-3 addresses; tests/e2b.rs builds it): no internet
+network namespace holding TEST-NET-2 addresses; tests/inet builds it): no internet
 blocks egress (the canary listener sees nothing), allow lists map to Glovebox policies, and
 updates apply live."""
 
@@ -14,7 +14,8 @@ from checks import check, done, env
 
 url, key = env("E2B_API_URL"), env("E2B_API_KEY")
 log = env("GLOVEBOX_TEST_CANARY_LOG")
-GOOD, OTHER = "203.0.113.10", "203.0.113.20"
+other_log = env("GLOVEBOX_TEST_OTHER_LOG")
+GOOD, OTHER = "198.51.100.10", "198.51.100.20"
 PROBE = (
     "import urllib.request,sys\n"
     "try:\n print(urllib.request.urlopen(sys.argv[1], timeout=3).status)\n"
@@ -23,7 +24,7 @@ PROBE = (
 
 
 def seen(path=log):
-    """Connections a canary listener logged (GOOD's, or OTHER's at `log + ".other"`)."""
+    """Connections a canary listener logged (GOOD's, or OTHER's at `other_log`)."""
     if not os.path.exists(path):
         return []
     return [json.loads(line) for line in open(path) if line.strip()]
@@ -49,17 +50,17 @@ check("...which is Glovebox's allow-all", native(open_sb)["mode"] == "allow-all"
 closed = Sandbox.create(timeout=120, allow_internet_access=False)
 before = len(seen())
 check("allow_internet_access=False blocks egress", fetch(closed, GOOD).startswith("blocked"))
-other_before = len(seen(log + ".other"))
+other_before = len(seen(other_log))
 check("...by IP too, to another address", fetch(closed, OTHER).startswith("blocked"))
 check("the canary saw nothing", len(seen()) == before, seen()[before:])
-check("the other canary saw nothing", len(seen(log + ".other")) == other_before)
+check("the other canary saw nothing", len(seen(other_log)) == other_before)
 check("...which is Glovebox's deny-all", native(closed)["mode"] == "deny-all", native(closed))
 
 allow = Sandbox.create(timeout=120, network={"allow_out": [GOOD], "deny_out": [ALL_TRAFFIC]})
-other_before = len(seen(log + ".other"))
+other_before = len(seen(other_log))
 check("an allow list lets its address through", fetch(allow, GOOD) == "200")
 check("...and nothing else", fetch(allow, OTHER).startswith("blocked"))
-check("the other address saw nothing", len(seen(log + ".other")) == other_before, seen(log + ".other"))
+check("the other address saw nothing", len(seen(other_log)) == other_before, seen(other_log))
 pol = native(allow)
 check("the allow list is Glovebox's allow-list policy", pol["mode"] == "allow-list" and pol["allow"] == [GOOD], pol)
 

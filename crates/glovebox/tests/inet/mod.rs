@@ -1,5 +1,5 @@
-//! The test's own "internet": a network namespace holding TEST-NET-3 addresses
-//! (203.0.113.0/24, never routed on the internet) with HTTP, HTTPS (a certificate from a test
+//! The test's own "internet": a network namespace holding TEST-NET-2 addresses
+//! (198.51.100.0/24, never routed on the internet) with HTTP, HTTPS (a certificate from a test
 //! CA made here), TCP, UDP and DNS services, and a metadata-address canary (169.254.169.254)
 //! that exists only inside that namespace. No packet leaves the machine.
 
@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use crate::common::{rand_token, run_bounded};
 
-pub const NET: &str = "203.0.113.10";
+pub const NET: &str = "198.51.100.10";
 /// Another server of the test internet, which no allowed name resolves to.
-pub const EVIL: &str = "203.0.113.20";
+pub const EVIL: &str = "198.51.100.20";
 
 /// The test's own namespace, link, routes and servers; removed on drop whatever happens.
 pub struct Internet {
@@ -52,14 +52,14 @@ impl Internet {
             vec!["ip", "netns", "add", &ns],
             vec!["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer],
             vec!["ip", "link", "set", &peer, "netns", &ns],
-            vec!["ip", "addr", "add", "203.0.113.1/24", "dev", &veth],
+            vec!["ip", "addr", "add", "198.51.100.1/24", "dev", &veth],
             vec!["ip", "link", "set", &veth, "up"],
             vec!["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.10/24", "dev", &peer],
+            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "198.51.100.10/24", "dev", &peer],
             vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "169.254.169.254/32", "dev", &peer],
-            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "203.0.113.20/24", "dev", &peer],
+            vec!["ip", "netns", "exec", &ns, "ip", "addr", "add", "198.51.100.20/24", "dev", &peer],
             vec!["ip", "netns", "exec", &ns, "ip", "link", "set", &peer, "up"],
-            vec!["ip", "netns", "exec", &ns, "ip", "route", "add", "default", "via", "203.0.113.1"],
+            vec!["ip", "netns", "exec", &ns, "ip", "route", "add", "default", "via", "198.51.100.1"],
             // The canary metadata address lives in our namespace, so a leak would land there.
             vec!["ip", "route", "add", "169.254.169.254/32", "via", NET, "dev", &veth],
         ] {
