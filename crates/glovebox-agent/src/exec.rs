@@ -46,6 +46,10 @@ struct Inner {
     /// Empty command cgroups ready for reuse.
     free_cgroups: Mutex<Vec<PathBuf>>,
     refilling: std::sync::atomic::AtomicBool,
+    /// The spares' zygote (see `zygote`); `None` until first needed, and after it failed.
+    zygote: Mutex<Option<crate::zygote::Zygote>>,
+    /// Zygotes started so far (a command can kill them; past a bound, spares are forked here).
+    zygote_starts: std::sync::atomic::AtomicU32,
     cgroup: Option<(OwnedFd, KillMethod)>,
     seccomp: Arc<seccompiler::BpfProgram>,
     home: String,
@@ -169,6 +173,8 @@ impl Exec {
             spare: Mutex::new(Vec::new()),
             free_cgroups: Mutex::new(Vec::new()),
             refilling: std::sync::atomic::AtomicBool::new(false),
+            zygote: Mutex::new(None),
+            zygote_starts: std::sync::atomic::AtomicU32::new(0),
             cgroup,
             seccomp,
             home: home.to_string(),
@@ -364,6 +370,77 @@ impl Exec {
             }
             (None, _) => None,
         };
+        let forked = match self.zygote_fork() {
+            Some(f) => f,
+            None => match self.fork_spare_here() {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some(d) = &cgroup_dir {
+                        let _ = std::fs::remove_dir(d);
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        let (tx, rx) = oneshot::channel();
+        let crate::zygote::Forked { pid, job: job_w, stdin, stdout, stderr } = forked;
+        self.register(pid, tx);
+        if let Some(d) = &cgroup_dir {
+            if let Err(e) = std::fs::write(d.join("cgroup.procs"), pid.to_string()) {
+                if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+                return Err(e);
+            }
+        }
+        Ok(Spare { id, pid, job: job_w, stdin, stdout, stderr, cgroup_dir, exited: rx })
+    }
+
+    /// Zygotes a command may kill before spares are forked by the agent itself instead.
+    const MAX_ZYGOTES: u32 = 32;
+
+    /// Blocking: one spare from the zygote (started if needed, once more if it failed).
+    fn zygote_fork(&self) -> Option<crate::zygote::Forked> {
+        let mut z = lock(&self.0.zygote);
+        for _ in 0..2 {
+            if z.is_none() {
+                if self.0.zygote_starts.fetch_add(1, Ordering::Relaxed) >= Self::MAX_ZYGOTES {
+                    return None;
+                }
+                let setup =
+                    Arc::new(ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(self.0.seccomp.clone()) });
+                match crate::zygote::Zygote::start(setup) {
+                    Ok((zg, child)) => {
+                        // Its exit is reaped like any child's and dropped.
+                        let (tx, _) = oneshot::channel();
+                        self.register(zg.pid, tx);
+                        drop(child);
+                        *z = Some(zg);
+                    }
+                    Err(e) => {
+                        eprintln!("agent: zygote: {e}");
+                        return None;
+                    }
+                }
+            }
+            match z.as_ref().map(|zg| zg.fork()) {
+                Some(Ok(f)) => return Some(f),
+                Some(Err(e)) => {
+                    eprintln!("agent: zygote: {e}; starting another");
+                    if let Some(old) = z.take() {
+                        if let Some(p) = rustix::process::Pid::from_raw(old.pid) {
+                            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                        }
+                    }
+                }
+                None => return None,
+            }
+        }
+        None
+    }
+
+    /// Blocking: a spare forked from the agent itself (without a zygote).
+    fn fork_spare_here(&self) -> std::io::Result<crate::zygote::Forked> {
         let (job_r, job_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let setup = Arc::new(ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(self.0.seccomp.clone()) });
         let mut c = std::process::Command::new("/proc/self/exe");
@@ -374,39 +451,20 @@ impl Exec {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let (tx, rx) = oneshot::channel();
         let spawned = glovebox_jail::child::spawn(&mut c, setup, Some(&job_r));
         drop(job_r);
-        let mut child = match spawned {
-            Ok(ch) => ch,
-            Err(e) => {
-                if let Some(d) = &cgroup_dir {
-                    let _ = std::fs::remove_dir(d);
-                }
-                return Err(e);
-            }
-        };
+        let mut child = spawned?;
         let pid = child.id() as i32;
-        self.register(pid, tx);
-        if let Some(d) = &cgroup_dir {
-            if let Err(e) = std::fs::write(d.join("cgroup.procs"), pid.to_string()) {
-                let _ = child.kill();
-                return Err(e);
-            }
-        }
         let (Some(i), Some(o), Some(e)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
             let _ = child.kill();
             return Err(std::io::Error::other("spare without pipes"));
         };
-        Ok(Spare {
-            id,
+        Ok(crate::zygote::Forked {
             pid,
             job: job_w,
             stdin: OwnedFd::from(i),
             stdout: OwnedFd::from(o),
             stderr: OwnedFd::from(e),
-            cgroup_dir,
-            exited: rx,
         })
     }
 

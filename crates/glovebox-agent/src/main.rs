@@ -9,6 +9,7 @@ mod conn;
 mod exec;
 mod files;
 mod spare;
+mod zygote;
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ fn main() {
             std::process::exit(serve(booted));
         }
         Some("spare") => spare::main(),
+        Some("zygote") => zygote::main(),
         Some("--version") => println!("glovebox-agent {}", env!("CARGO_PKG_VERSION")),
         _ => {
             eprintln!("glovebox-agent: started by the glovebox daemon as `glovebox-agent jail`, not by hand");

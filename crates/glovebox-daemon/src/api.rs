@@ -437,12 +437,12 @@ async fn command(
     let stored = || crate::records::stored_result(&st.manager, &id, cid, q.encoding);
     let sb = match st.manager.get(&id) {
         Ok(sb) => sb,
-        Err(e) => return stored().map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into()),
+        Err(e) => return stored().await.map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into()),
     };
     match ops::command_result(&st.manager, &sb, cid, q.wait, q.encoding).await {
         Ok(r) => Ok(json(StatusCode::OK, &r)),
         Err(e @ (Error::NotFound { .. } | Error::Gone { .. })) => {
-            stored().map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into())
+            stored().await.map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into())
         }
         Err(e) => Err(e.into()),
     }

@@ -116,6 +116,8 @@ pub struct Manager {
     pub(crate) net: Arc<crate::net::Net>,
     /// Persistent state (`<data_dir>/glovebox.db`).
     pub store: Arc<crate::store::Store>,
+    /// Writes command records off the requests' path (see `records`).
+    pub records: crate::records::Writer,
     /// API keys, tenants, quotas (see `tenants`).
     pub tenants: Arc<crate::tenants::Tenants>,
     /// Metered use of ended sandboxes (see `usage`).
@@ -387,6 +389,7 @@ impl Manager {
             ),
             cfg,
             events: Arc::new(crate::events::Events::new(store.clone())),
+            records: crate::records::Writer::start(store.clone()),
             store,
         });
         m.tenants.attach_store(m.store.clone())?;

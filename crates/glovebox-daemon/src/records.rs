@@ -6,6 +6,13 @@
 //! each (started with the command, and again for the running ones of an adopted sandbox);
 //! whatever is left when a sandbox ends is fetched from its agent before the kill
 //! ([`flush`]), bounded in time. Language kernels are not commands and are not recorded.
+//!
+//! The inserts happen on a thread of their own ([`Writer`]), batched, after the result is on
+//! its way: an insert and its WAL commit cost about 0.1 ms of CPU, a twentieth of an exec
+//! round trip. Every read of the records first waits for the writer to catch up
+//! ([`Writer::settle`]), so a record is never missing to a reader that asks after the
+//! command's result came back. A daemon killed within that fraction of a millisecond loses
+//! the record; the agent still has the command, and a re-adopted sandbox serves it from there.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -15,7 +22,85 @@ use glovebox_proto::api::{Encoding, ExecResult};
 use glovebox_proto::frame::Kind;
 
 use crate::manager::{Manager, Sb};
-use crate::store::CommandRecord;
+use crate::store::{CommandRecord, Store};
+
+/// Records written in one transaction at most.
+const BATCH: usize = 256;
+/// The longest a reader waits for the writer to catch up.
+const SETTLE_BOUND: Duration = Duration::from_secs(2);
+
+enum Msg {
+    Put(Box<CommandRecord>),
+    Settled(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The command-record writer: a thread that inserts what [`record`] hands it, in batches.
+pub struct Writer {
+    tx: Option<std::sync::mpsc::Sender<Msg>>,
+    store: Arc<Store>,
+}
+
+impl Writer {
+    pub fn start(store: Arc<Store>) -> Writer {
+        let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+        let s = store.clone();
+        let spawned = std::thread::Builder::new().name("glovebox-records".into()).spawn(move || {
+            // Ends when the manager (the only sender) is dropped.
+            while let Ok(first) = rx.recv() {
+                let (mut batch, mut settled) = (Vec::new(), Vec::new());
+                let mut next = Some(first);
+                while let Some(m) = next.take() {
+                    match m {
+                        Msg::Put(r) => batch.push(*r),
+                        Msg::Settled(t) => settled.push(t),
+                    }
+                    if batch.len() < BATCH {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                if !batch.is_empty() {
+                    if let Err(e) = s.put_commands(&batch) {
+                        tracing::error!("store {} command records: {e}", batch.len());
+                    }
+                }
+                for t in settled {
+                    let _ = t.send(());
+                }
+            }
+        });
+        let tx = match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                tracing::error!("command record writer: {e}; writing records inline");
+                None
+            }
+        };
+        Writer { tx, store }
+    }
+
+    fn put(&self, r: CommandRecord) {
+        let r = match &self.tx {
+            Some(tx) => match tx.send(Msg::Put(Box::new(r))) {
+                Ok(()) => return,
+                Err(std::sync::mpsc::SendError(Msg::Put(r))) => *r,
+                Err(_) => return,
+            },
+            None => r,
+        };
+        if let Err(e) = self.store.put_commands(std::slice::from_ref(&r)) {
+            tracing::error!(sandbox = %r.sandbox_id, "store command {}: {e}", r.cmd_id);
+        }
+    }
+
+    /// Waits (bounded) until every record handed over before this call is in the store.
+    pub async fn settle(&self) {
+        let Some(tx) = &self.tx else { return };
+        let (t, r) = tokio::sync::oneshot::channel();
+        if tx.send(Msg::Settled(t)).is_ok() {
+            let _ = tokio::time::timeout(SETTLE_BOUND, r).await;
+        }
+    }
+}
 
 /// Bytes kept per stream of a recorded command.
 pub const KEPT: usize = 64 << 10;
@@ -45,14 +130,13 @@ pub fn record(m: &Manager, sandbox_id: &str, cmd: &ap::Command, exit: &ExitStatu
         started_at: ended.checked_sub(Duration::from_millis(exit.duration_ms)),
         ended_at: ended,
     };
-    if let Err(e) = m.store.put_command(&r) {
-        tracing::error!(sandbox = %sandbox_id, "store command {}: {e}", exit.id);
-    }
+    m.records.put(r);
 }
 
 /// A stored command as the API shows it (`stdout_truncated` also when the record kept less
 /// than the command wrote).
-pub fn stored_result(m: &Manager, sandbox_id: &str, cmd_id: u64, enc: Encoding) -> Option<ExecResult> {
+pub async fn stored_result(m: &Manager, sandbox_id: &str, cmd_id: u64, enc: Encoding) -> Option<ExecResult> {
+    m.records.settle().await;
     let r = m.store.command(sandbox_id, cmd_id).ok().flatten()?;
     let e = r.exit;
     Some(ExecResult {
@@ -135,6 +219,7 @@ pub async fn watch_running(m: &Arc<Manager>, sb: &Arc<Sb>) {
 pub async fn flush(m: &Manager, sb: &Sb) {
     let go = async {
         let Ok(Reply::Commands { commands }) = m.agent_call(sb, &Request::List).await else { return };
+        m.records.settle().await;
         let known = m.store.command_ids(&sb.id).unwrap_or_default();
         for c in commands {
             if known.contains(&c.id) || is_kernel(&c.cmd) {

@@ -430,24 +430,38 @@ impl Store {
     /// Records a finished command (the first record of a command id wins: the agent's
     /// completion and a teardown fetch may both try).
     pub fn put_command(&self, r: &CommandRecord) -> Result<()> {
-        let exit = serde_json::to_string(&r.exit)
+        self.put_commands(std::slice::from_ref(r))
+    }
+
+    /// Records finished commands in one transaction (see [`Store::put_command`]).
+    pub fn put_commands(&self, rs: &[CommandRecord]) -> Result<()> {
+        let exits = rs
+            .iter()
+            .map(|r| serde_json::to_string(&r.exit))
+            .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| StoreError::Corrupt { what: "command exit", message: e.to_string() })?;
         self.with(|c| {
-            c.execute(
-                "INSERT OR IGNORE INTO commands
-                 (sandbox_id, cmd_id, cmd, exit, stdout, stderr, started_at, ended_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    r.sandbox_id,
-                    r.cmd_id as i64,
-                    r.cmd.to_string(),
-                    exit,
-                    r.stdout,
-                    r.stderr,
-                    r.started_at.map(ms),
-                    ms(r.ended_at),
-                ],
-            )
+            let tx = c.transaction()?;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT OR IGNORE INTO commands
+                     (sandbox_id, cmd_id, cmd, exit, stdout, stderr, started_at, ended_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?;
+                for (r, exit) in rs.iter().zip(&exits) {
+                    st.execute(params![
+                        r.sandbox_id,
+                        r.cmd_id as i64,
+                        r.cmd.to_string(),
+                        exit,
+                        r.stdout,
+                        r.stderr,
+                        r.started_at.map(ms),
+                        ms(r.ended_at),
+                    ])?;
+                }
+            }
+            tx.commit()
         })
         .map_err(q("put command"))?;
         Ok(())

@@ -181,3 +181,56 @@ pub fn take_fd3() -> Option<OwnedFd> {
     // nothing else in this process refers to it.
     Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(3) })
 }
+
+/// For the agent's zygote, a single-threaded process already set up like a user command
+/// (new session, no capabilities, no_new_privs, seccomp): forks a spare whose parent is the
+/// zygote's own parent (`CLONE_PARENT`, so the agent reaps it and gets its exit status), in a
+/// session of its own, with `stdio` as fds 0–2, `job` as fd 3 and no other fd open, and runs
+/// `then` in it. The spare inherits the zygote's filter instead of compiling and installing
+/// its own, and is a copy of a small process rather than of the multi-threaded agent: that
+/// is the point of the zygote.
+///
+/// Returns the spare's pid (in the zygote; `then` never returns in the spare, so nothing of
+/// the caller's frame is dropped there). Every given fd must be above 3 (the zygote's 0–3
+/// are taken, so fresh pipes always are).
+pub fn fork_spare(stdio: [&OwnedFd; 3], job: &OwnedFd, then: fn() -> !) -> io::Result<libc::pid_t> {
+    let src = [stdio[0].as_raw_fd(), stdio[1].as_raw_fd(), stdio[2].as_raw_fd(), job.as_raw_fd()];
+    if src.iter().any(|&fd| fd <= 3) {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // The spare closes its end of `ready` last in its set-up (with every other fd), so EOF
+    // here means it is done — or dead: either way the answer the zygote then gives is true.
+    let (ready_r, ready_w) = crate::sys::pipe()?;
+    match crate::sys::fork_with(libc::CLONE_PARENT)? {
+        crate::sys::Forked::Parent { child } => {
+            drop(ready_w);
+            let mut b = [0u8; 1];
+            loop {
+                // SAFETY: reading into a one-byte buffer on this stack frame from our own fd.
+                let n = unsafe { libc::read(ready_r.as_raw_fd(), b.as_mut_ptr() as *mut libc::c_void, 1) };
+                if n == 0 || (n < 0 && err().raw_os_error() != Some(libc::EINTR)) {
+                    break;
+                }
+            }
+            Ok(child)
+        }
+        crate::sys::Forked::Child => {
+            let setup = || -> io::Result<()> {
+                for (target, fd) in src.iter().enumerate() {
+                    crate::sys::dup2(*fd, target as i32)?;
+                }
+                // SAFETY: setsid has no memory arguments; a fresh child is never a group leader.
+                if unsafe { libc::setsid() } < 0 {
+                    return Err(err());
+                }
+                // Everything else the zygote had open: the copies of `src`, `ready`'s ends.
+                crate::sys::close_range(4, u32::MAX)
+            };
+            match setup() {
+                Ok(()) => then(),
+                // Nothing of the zygote may run on in a half-made spare.
+                Err(_) => crate::sys::exit_now(125),
+            }
+        }
+    }
+}

@@ -547,6 +547,39 @@ for p in kids:
 
 /// The host-side CPU usage counter of sandbox `id`, in microseconds (v1 `cpuacct.usage`, ns;
 /// v2 `cpu.stat` `usage_usec`).
+/// A command killing the agent's zygote and spares (same uid as it) only costs the next
+/// commands their head start: the agent starts another zygote, and once a command has killed
+/// too many of them, forks the spares itself. Every command still runs and answers.
+#[test]
+fn commands_that_kill_the_zygote_and_the_spares_do_not_break_later_commands() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let helpers = "ps -eo pid=,args= | awk '$2 == \"glovebox-agent\" && $3 == \"zygote\" { print $1 }'";
+    let count = |d: &Daemon| d.sh_ok(&id, &format!("{helpers} | wc -l")).trim().parse::<u32>().unwrap();
+    // The zygote and its two spares.
+    let up = common::poll(Duration::from_secs(5), Duration::from_millis(50), || (count(&d) == 3).then_some(()));
+    assert!(up.is_some(), "no zygote and spares: {}", d.sh_ok(&id, "ps -eo pid,args"));
+    // More rounds than the agent restarts zygotes for, so both paths after a kill run.
+    for round in 0..40 {
+        let killed = d.sh(&id, &format!("for p in $({helpers}); do kill -9 $p; done; echo killed"));
+        assert_eq!(killed["stdout"], "killed\n", "round {round}: {killed}");
+        let r = d.sh(&id, &format!("echo after-{round}"));
+        assert_eq!(r["stdout"], format!("after-{round}\n"), "round {round}: {r}");
+        assert_eq!(r["exit_code"], 0, "round {round}: {r}");
+    }
+    // Spares are back (forked by the agent itself by now), and a burst of commands runs.
+    let back = common::poll(Duration::from_secs(5), Duration::from_millis(50), || {
+        let ps = d.sh_ok(&id, "ps -eo args=");
+        (ps.lines().filter(|l| l.starts_with("glovebox-agent spare")).count() == 2).then_some(())
+    });
+    assert!(back.is_some(), "no spares after the zygotes: {}", d.sh_ok(&id, "ps -eo pid,args"));
+    for i in 0..10 {
+        assert_eq!(d.sh_ok(&id, &format!("echo burst-{i}")), format!("burst-{i}\n"));
+    }
+    d.shutdown_and_check_leaks();
+}
+
 fn cpu_usage_usec(id: &str) -> u64 {
     for dir in common::cgroup_dirs(id) {
         if let Ok(ns) = fs::read_to_string(dir.join("cpuacct.usage")) {

@@ -144,7 +144,7 @@ fn host_files_environment_and_processes_are_invisible() {
     assert!(!all.contains(&d.key), "API key visible inside");
 
     // Only the sandbox's own processes: the agent as PID 1 and the command.
-    // (The agent keeps a pre-forked spare spawner, `glovebox-agent spare`.)
+    // (The agent keeps a zygote and pre-forked spares, `glovebox-agent zygote|spare`.)
     let ps = d.sh_ok(&id, "ps -eo pid=,args=");
     let procs: Vec<(u32, String)> = ps
         .lines()
