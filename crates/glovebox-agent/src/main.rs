@@ -45,7 +45,13 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
         }
     };
     rt.block_on(async move {
-        let seccomp = match glovebox_jail::seccomp::compile() {
+        // The daemon compiles the filter once for every sandbox; compiling it here (the
+        // policy's parse is most of a millisecond) is the fallback.
+        let compiled = match booted.seccomp {
+            Some(p) => Ok(p),
+            None => glovebox_jail::seccomp::compile(),
+        };
+        let seccomp = match compiled {
             Ok(p) => Arc::new(p),
             Err(e) => {
                 eprintln!("agent: seccomp: {e}");

@@ -118,6 +118,8 @@ pub struct Manager {
     pub store: Arc<crate::store::Store>,
     /// Writes command records off the requests' path (see `records`).
     pub records: crate::records::Writer,
+    /// The commands' seccomp filter, compiled once for every sandbox's agent.
+    seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     /// API keys, tenants, quotas (see `tenants`).
     pub tenants: Arc<crate::tenants::Tenants>,
     /// Metered use of ended sandboxes (see `usage`).
@@ -390,6 +392,13 @@ impl Manager {
             cfg,
             events: Arc::new(crate::events::Events::new(store.clone())),
             records: crate::records::Writer::start(store.clone()),
+            seccomp: match glovebox_jail::seccomp::compile() {
+                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+                Err(e) => {
+                    tracing::warn!("seccomp: {e}; each agent compiles its own");
+                    None
+                }
+            },
             store,
         });
         m.tenants.attach_store(m.store.clone())?;
@@ -1022,6 +1031,7 @@ impl Manager {
             cgroup_procs: cg.procs_files(),
             command_cgroup: Some(cg.command_parent()),
             pids: limits.pids,
+            seccomp: self.seccomp.clone(),
         };
         let log = fs::File::create(dir.join("agent.log"));
         let launched = log.map_err(|e| Error::Internal(format!("agent log: {e}"))).and_then(|log| {

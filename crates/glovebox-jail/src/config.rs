@@ -39,4 +39,8 @@ pub struct JailConfig {
     pub command_cgroup: Option<(PathBuf, KillMethod)>,
     /// Process cap (also applied as RLIMIT_NPROC: the uid range is this sandbox's alone).
     pub pids: u64,
+    /// The commands' seccomp filter, compiled once by the daemon (`seccomp::compile`) as
+    /// `(code, jt, jf, k)`; the agent compiles its own when this is absent.
+    #[serde(default)]
+    pub seccomp: Option<Vec<(u16, u8, u8, u32)>>,
 }

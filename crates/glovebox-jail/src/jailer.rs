@@ -39,6 +39,8 @@ pub struct Booted {
     /// The delegated cgroup directory for per-command children, and how to kill one.
     pub command_cgroup: Option<(OwnedFd, KillMethod)>,
     pub pids: u64,
+    /// The commands' seccomp filter as the daemon compiled it, if it sent one.
+    pub seccomp: Option<seccompiler::BpfProgram>,
 }
 
 pub const STATUS_FD: RawFd = 3;
@@ -215,5 +217,6 @@ fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMetho
     let listener = unsafe { OwnedFd::from_raw_fd(LISTENER_FD) };
     // SAFETY: CGROUP_FD was dup2'ed from the cgroup dir fd above when `cg` is Some.
     let command_cgroup = cg.map(|k| (unsafe { OwnedFd::from_raw_fd(CGROUP_FD) }, k));
-    Ok(Booted { listener, command_cgroup, pids: cfg.pids })
+    let seccomp = cfg.seccomp.as_ref().map(|p| crate::seccomp::from_tuples(p));
+    Ok(Booted { listener, command_cgroup, pids: cfg.pids, seccomp })
 }

@@ -2,8 +2,9 @@
 //!
 //! The policy is reviewed data, `seccomp/allowlist.json`, embedded with `include_str!` so the
 //! binary cannot drift from the reviewed file. Every entry says who needs it. This module parses
-//! it into a [`Policy`] (pure, testable without root), compiles that to classic BPF with
-//! `seccompiler` ([`compile`]), and installs the result ([`install`]).
+//! it into a [`Policy`] (pure, testable without root), compiles that to classic BPF ([`compile`],
+//! a binary search over syscall numbers, see [`Policy::to_bpf`]), and installs the result
+//! ([`install`]).
 //!
 //! Invariants:
 //! - Allow-list. A syscall runs only if it is under `allow` and, when it has argument rules, one
@@ -27,10 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
-};
+use seccompiler::{sock_filter, BpfProgram};
 use serde::Deserialize;
 
 /// The reviewed policy, as compiled into the binary.
@@ -171,19 +169,6 @@ impl Condition {
             Op::MaskedEq(mask) => arg & mask == self.value,
         }
     }
-
-    fn to_seccompiler(self) -> Result<SeccompCondition, SeccompError> {
-        let width = match self.width {
-            Width::Dword => SeccompCmpArgLen::Dword,
-            Width::Qword => SeccompCmpArgLen::Qword,
-        };
-        let op = match self.op {
-            Op::Eq => SeccompCmpOp::Eq,
-            Op::Ne => SeccompCmpOp::Ne,
-            Op::MaskedEq(mask) => SeccompCmpOp::MaskedEq(mask),
-        };
-        SeccompCondition::new(self.arg, width, op, self.value).map_err(SeccompError::Build)
-    }
 }
 
 impl Policy {
@@ -273,47 +258,210 @@ impl Policy {
 
     /// Compiles the policy to a BPF program for x86_64.
     ///
-    /// Layout: a short hand-written prefix (arch check, then one compare-and-return per `errno`
-    /// entry), followed by seccompiler's allow-list program. seccompiler gives a filter a
-    /// single on-match action, so the errno entries cannot be part of its program; the prefix
-    /// only falls through, and seccompiler's program reloads everything it reads, so the two
-    /// compose by concatenation.
+    /// Layout: the arch check, then a binary search over the syscall number, then one block
+    /// per syscall with argument rules. Syscall numbers are split into runs that end the
+    /// same way (allowed, one errno, or one syscall's rules), so the search tests a run's
+    /// boundary, not each number: the program is a few hundred instructions where a linear
+    /// allow-list is several times that, and its length matters twice over — the kernel
+    /// converts, JIT-compiles and pre-evaluates (for its per-syscall verdict cache) a filter
+    /// on every install, and runs the search on every syscall its cache cannot answer. Every
+    /// unconditional verdict is reached by loading only the number, so the kernel's cache
+    /// answers those syscalls without running the program at all.
     pub fn to_bpf(&self) -> Result<BpfProgram, SeccompError> {
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-        for a in &self.allow {
-            let mut chain = Vec::with_capacity(a.when_any.len());
-            for rule in &a.when_any {
-                let conditions = rule.iter().map(|c| c.to_seccompiler()).collect::<Result<_, _>>()?;
-                chain.push(SeccompRule::new(conditions).map_err(SeccompError::Build)?);
-            }
-            rules.insert(i64::from(a.nr), chain);
+        // The verdict of every number, as runs starting at `start` (the last run reaches u32::MAX).
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Leaf {
+            Ret(u32),
+            /// Index into `self.allow` of a syscall with argument rules.
+            Rules(usize),
         }
-        let filter = SeccompFilter::new(
-            rules,
-            SeccompAction::Errno(self.default_errno.unsigned_abs()),
-            SeccompAction::Allow,
-            TargetArch::x86_64,
-        )
-        .map_err(SeccompError::Build)?;
-        let body: BpfProgram = filter.try_into().map_err(SeccompError::Build)?;
+        let deny = libc::SECCOMP_RET_ERRNO | (self.default_errno.unsigned_abs() & libc::SECCOMP_RET_DATA);
+        let mut by_nr: BTreeMap<u32, Leaf> = BTreeMap::new();
+        for (i, a) in self.allow.iter().enumerate() {
+            let leaf = if a.when_any.is_empty() { Leaf::Ret(libc::SECCOMP_RET_ALLOW) } else { Leaf::Rules(i) };
+            by_nr.insert(a.nr, leaf);
+        }
+        for e in &self.errno {
+            by_nr.insert(e.nr, Leaf::Ret(libc::SECCOMP_RET_ERRNO | (e.errno.unsigned_abs() & libc::SECCOMP_RET_DATA)));
+        }
+        let mut runs: Vec<(u32, Leaf)> = vec![(0, Leaf::Ret(deny))];
+        let mut push = |start: u32, leaf: Leaf| {
+            let last = runs.last_mut().expect("never empty");
+            if last.0 == start {
+                last.1 = leaf;
+            } else if last.1 != leaf || matches!(leaf, Leaf::Rules(_)) {
+                runs.push((start, leaf));
+            }
+        };
+        for (&nr, &leaf) in &by_nr {
+            push(nr, leaf);
+            if let Some(next) = nr.checked_add(1) {
+                if !by_nr.contains_key(&next) {
+                    push(next, Leaf::Ret(deny));
+                }
+            }
+        }
+        // A run of one syscall with rules never merges with its neighbour (see `push`), but
+        // two equal plain runs can meet once a rules run between them is placed: merge again.
+        runs.dedup_by(|b, a| a.1 == b.1 && !matches!(a.1, Leaf::Rules(_)));
 
-        let mut prog = Vec::with_capacity(4 + 2 * self.errno.len() + body.len());
-        prog.extend([
+        // The rule blocks, each self-contained (it ends in returns); their place is known
+        // only once the search tree is laid out.
+        let blocks: Vec<(usize, Vec<sock_filter>)> = runs
+            .iter()
+            .filter_map(|r| match r.1 {
+                Leaf::Rules(i) => Some((i, rules_block(&self.allow[i].when_any, deny))),
+                Leaf::Ret(_) => None,
+            })
+            .collect();
+        let mut tree = Vec::new();
+        // (position in `tree` of a jump to a rule block, index into `self.allow`)
+        let mut to_patch = Vec::new();
+        search(&runs, &mut tree, &mut to_patch, &|leaf| match leaf {
+            Leaf::Ret(k) => Err(k),
+            Leaf::Rules(i) => Ok(i),
+        });
+
+        let head = [
             stmt(BPF_LD_W_ABS, DATA_ARCH),
             jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
             stmt(BPF_RET_K, libc::SECCOMP_RET_KILL_PROCESS),
             stmt(BPF_LD_W_ABS, DATA_NR),
-        ]);
-        for e in &self.errno {
-            prog.push(jump(BPF_JEQ_K, e.nr, 0, 1));
-            prog.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | (e.errno.unsigned_abs() & libc::SECCOMP_RET_DATA)));
+        ];
+        let mut start_of = BTreeMap::new();
+        let mut at = head.len() + tree.len();
+        for (i, b) in &blocks {
+            start_of.insert(*i, at);
+            at += b.len();
         }
-        prog.extend(body);
+        for (pos, i) in to_patch {
+            let target = start_of[&i];
+            tree[pos].k = (target - (head.len() + pos + 1)) as u32;
+        }
+        let mut prog = Vec::with_capacity(at);
+        prog.extend(head);
+        prog.extend(tree);
+        for (_, b) in blocks {
+            prog.extend(b);
+        }
         if prog.len() > MAX_INSNS {
             return Err(SeccompError::TooLarge { len: prog.len(), max: MAX_INSNS });
         }
         Ok(prog)
     }
+}
+
+/// `BPF_JMP | BPF_JGE | BPF_K`
+const BPF_JGE_K: u16 = 0x35;
+/// `BPF_JMP | BPF_JA`
+const BPF_JA: u16 = 0x05;
+/// `BPF_ALU | BPF_AND | BPF_K`
+const BPF_AND_K: u16 = 0x54;
+/// Offset of `args[0]` in `struct seccomp_data` (each argument is 8 bytes, low half first).
+const DATA_ARGS: u32 = 16;
+
+/// Emits the binary search over `runs` (sorted by start; the accumulator holds the number).
+/// A leaf is a return, or a jump to a rule block, recorded in `to_patch` with the block's key.
+fn search<L: Copy>(
+    runs: &[(u32, L)],
+    out: &mut Vec<sock_filter>,
+    to_patch: &mut Vec<(usize, usize)>,
+    leaf: &dyn Fn(L) -> Result<usize, u32>,
+) {
+    if let [(_, l)] = runs {
+        match leaf(*l) {
+            Err(ret) => out.push(stmt(BPF_RET_K, ret)),
+            Ok(key) => {
+                to_patch.push((out.len(), key));
+                out.push(stmt(BPF_JA, 0));
+            }
+        }
+        return;
+    }
+    let mid = runs.len() / 2;
+    let (lo, hi) = runs.split_at(mid);
+    let mut below = Vec::new();
+    let mut below_patch = Vec::new();
+    search(lo, &mut below, &mut below_patch, leaf);
+    let base = out.len();
+    // nr >= start of the upper half: skip the lower half's code.
+    let extra = if below.len() <= usize::from(u8::MAX) {
+        out.push(jump(BPF_JGE_K, hi[0].0, below.len() as u8, 0));
+        0
+    } else {
+        // Too far for a conditional jump's 8 bits: hop over an unconditional one.
+        out.push(jump(BPF_JGE_K, hi[0].0, 0, 1));
+        out.push(stmt(BPF_JA, below.len() as u32));
+        1
+    };
+    let shift = base + 1 + extra;
+    to_patch.extend(below_patch.into_iter().map(|(p, k)| (p + shift, k)));
+    out.extend(below);
+    search(hi, out, to_patch, leaf);
+}
+
+/// The block for a syscall with argument rules: allowed if every condition of any one rule
+/// holds, else `deny`.
+fn rules_block(when_any: &[Vec<Condition>], deny: u32) -> Vec<sock_filter> {
+    let mut out = Vec::new();
+    for rule in when_any {
+        // Each failed test jumps to the end of this rule (the next rule's start): recorded
+        // as the position of its jump and whether the failing branch is `jt`.
+        let mut fails: Vec<(usize, bool)> = Vec::new();
+        let mut code = Vec::new();
+        for c in rule {
+            let off = DATA_ARGS + 8 * u32::from(c.arg);
+            let (lo, hi) = (c.value as u32, (c.value >> 32) as u32);
+            let halves: &[(u32, u32, Option<u32>)] = &match (c.width, c.op) {
+                (Width::Dword, Op::MaskedEq(m)) => vec![(off, lo, Some(m as u32))],
+                (Width::Dword, _) => vec![(off, lo, None)],
+                (Width::Qword, Op::MaskedEq(m)) => {
+                    vec![(off, lo, Some(m as u32)), (off + 4, hi, Some((m >> 32) as u32))]
+                }
+                (Width::Qword, _) => vec![(off, lo, None), (off + 4, hi, None)],
+            };
+            match c.op {
+                // Every half must match.
+                Op::Eq | Op::MaskedEq(_) => {
+                    for &(at, v, mask) in halves {
+                        code.push(stmt(BPF_LD_W_ABS, at));
+                        if let Some(m) = mask {
+                            code.push(stmt(BPF_AND_K, m));
+                        }
+                        fails.push((code.len(), false));
+                        code.push(jump(BPF_JEQ_K, v, 0, 0));
+                    }
+                }
+                // Some half must differ: a differing low half skips the high half's test.
+                Op::Ne => {
+                    let (at, v, _) = halves[0];
+                    code.push(stmt(BPF_LD_W_ABS, at));
+                    if let Some(&(hat, hv, _)) = halves.get(1) {
+                        code.push(jump(BPF_JEQ_K, v, 0, 2));
+                        code.push(stmt(BPF_LD_W_ABS, hat));
+                        fails.push((code.len(), true));
+                        code.push(jump(BPF_JEQ_K, hv, 0, 0));
+                    } else {
+                        fails.push((code.len(), true));
+                        code.push(jump(BPF_JEQ_K, v, 0, 0));
+                    }
+                }
+            }
+        }
+        code.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW));
+        let end = code.len();
+        for (pos, on_true) in fails {
+            let off = (end - pos - 1) as u8;
+            if on_true {
+                code[pos].jt = off;
+            } else {
+                code[pos].jf = off;
+            }
+        }
+        out.extend(code);
+    }
+    out.push(stmt(BPF_RET_K, deny));
+    out
 }
 
 /// Builds the filter from the embedded policy for the running architecture.
@@ -324,6 +472,16 @@ pub fn compile() -> Result<BpfProgram, SeccompError> {
         return Err(SeccompError::UnsupportedArch { arch: std::env::consts::ARCH });
     }
     Policy::embedded()?.to_bpf()
+}
+
+/// `prog` as `(code, jt, jf, k)` tuples, to hand a compiled filter to another process.
+pub fn to_tuples(prog: &[sock_filter]) -> Vec<(u16, u8, u8, u32)> {
+    prog.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect()
+}
+
+/// The inverse of [`to_tuples`].
+pub fn from_tuples(t: &[(u16, u8, u8, u32)]) -> BpfProgram {
+    t.iter().map(|&(code, jt, jf, k)| sock_filter { code, jt, jf, k }).collect()
 }
 
 /// Installs `prog` on the calling thread; children and `execve` inherit it.
@@ -915,7 +1073,10 @@ mod tests {
     #[test]
     fn compile_succeeds() {
         let prog = compile().expect("compile");
-        assert!(prog.len() < MAX_INSNS, "{} instructions", prog.len());
+        // The search over runs of numbers keeps it short (a linear allow-list of this policy
+        // is about 1,500): every install converts, JIT-compiles and pre-evaluates it.
+        assert!(prog.len() < 400, "{} instructions", prog.len());
+        assert_eq!(from_tuples(&to_tuples(&prog)), prog);
         assert_eq!(prog[0], stmt(BPF_LD_W_ABS, DATA_ARCH));
         assert!(install(&Vec::new()).is_err(), "an empty filter is refused");
     }
