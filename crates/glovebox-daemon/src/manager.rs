@@ -102,6 +102,54 @@ fn prepare_run_dir(dir: &Path) -> Result<()> {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o711)).map_err(internal("chmod run dir"))
 }
 
+/// Network namespaces made ahead of time (loopback up, nothing else). Making one costs about a
+/// millisecond of kernel time (the loopback device, per-namespace sysctl tables) that a
+/// sandbox's start then does not wait for; the pool is topped up on a thread of its own.
+#[derive(Default)]
+pub(crate) struct NetnsPool {
+    fds: Mutex<Vec<std::os::fd::OwnedFd>>,
+    filling: std::sync::atomic::AtomicBool,
+}
+
+/// Network namespaces kept ready.
+const NETNS_POOL: usize = 4;
+
+impl NetnsPool {
+    /// One namespace, if one is ready; starts a refill either way.
+    fn take(self: &Arc<Self>) -> Option<std::os::fd::OwnedFd> {
+        let ns = lock(&self.fds).pop();
+        self.refill();
+        ns
+    }
+
+    fn refill(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.filling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new().name("glovebox-netns-pool".into()).spawn(move || {
+            while let Some(p) = this.upgrade() {
+                if lock(&p.fds).len() >= NETNS_POOL {
+                    p.filling.store(false, Ordering::Release);
+                    return;
+                }
+                match glovebox_jail::sys::new_netns() {
+                    Ok(fd) => lock(&p.fds).push(fd),
+                    Err(e) => {
+                        // Left "filling" on purpose: no retries; sandboxes make their own.
+                        tracing::warn!("pre-made network namespace: {e}; sandboxes make their own");
+                        return;
+                    }
+                }
+            }
+        });
+        if spawned.is_err() {
+            self.filling.store(false, Ordering::Release);
+        }
+    }
+}
+
 pub struct Manager {
     pub(crate) cfg: Config,
     pub(crate) cgroups: Box<dyn CgroupDriver>,
@@ -120,6 +168,8 @@ pub struct Manager {
     pub records: crate::records::Writer,
     /// The commands' seccomp filter, compiled once for every sandbox's agent.
     seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    /// Network namespaces made ahead of the sandboxes that will use them.
+    netns: Arc<NetnsPool>,
     /// API keys, tenants, quotas (see `tenants`).
     pub tenants: Arc<crate::tenants::Tenants>,
     /// Metered use of ended sandboxes (see `usage`).
@@ -392,6 +442,7 @@ impl Manager {
             cfg,
             events: Arc::new(crate::events::Events::new(store.clone())),
             records: crate::records::Writer::start(store.clone()),
+            netns: Arc::new(NetnsPool::default()),
             seccomp: match glovebox_jail::seccomp::compile() {
                 Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
                 Err(e) => {
@@ -406,6 +457,7 @@ impl Manager {
         m.reconcile();
         m.spawn_sampler();
         crate::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
+        m.netns.refill();
         m.refill_pool();
         Ok(m)
     }
@@ -1016,6 +1068,7 @@ impl Manager {
             }
         };
         let socket = dir.join("agent.sock");
+        let netns = self.netns.take();
         let jc = JailConfig {
             id: id.to_string(),
             uid_base: slot.uid_base(),
@@ -1032,11 +1085,17 @@ impl Manager {
             command_cgroup: Some(cg.command_parent()),
             pids: limits.pids,
             seccomp: self.seccomp.clone(),
+            netns: netns.as_ref().map(|fd| {
+                use std::os::fd::AsRawFd;
+                PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))
+            }),
         };
         let log = fs::File::create(dir.join("agent.log"));
         let launched = log.map_err(|e| Error::Internal(format!("agent log: {e}"))).and_then(|log| {
             glovebox_jail::launch::launch(&self.cfg.agent_exe, &jc, log).map_err(|e| Error::Start(e.to_string()))
         });
+        // The jailer joined it before reporting ready (or failed): ours can go.
+        drop(netns);
         let pid = match launched {
             Ok(p) => p,
             Err(e) => {

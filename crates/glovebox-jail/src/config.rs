@@ -43,4 +43,10 @@ pub struct JailConfig {
     /// `(code, jt, jf, k)`; the agent compiles its own when this is absent.
     #[serde(default)]
     pub seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    /// A network namespace made ahead of time (loopback up; `sys::new_netns`), as a path
+    /// the jailer opens (`/proc/<daemon pid>/fd/<n>`). Without it the jailer makes one.
+    /// Owned by the host's user namespace, it also leaves the sandbox no capability over
+    /// its own network: nothing inside can add addresses, routes or netfilter rules.
+    #[serde(default)]
+    pub netns: Option<PathBuf>,
 }

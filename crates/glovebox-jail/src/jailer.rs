@@ -5,6 +5,7 @@
 //! ```text
 //! jailer (host root)              A (new userns)              G (PID 1, all new namespaces)
 //!  join cgroups, bind socket
+//!  [setns(pre-made net ns)]
 //!  unshare(mount ns), rslave /
 //!  clone(NEWUSER) ─────────────▶  wait for "go"
 //!  write uid/gid maps
@@ -105,6 +106,11 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
     fs::set_permissions(&cfg.socket_path, fs::Permissions::from_mode(0o600))
         .ctx_at("chmod agent socket", &cfg.socket_path)?;
 
+    if let Some(ns) = &cfg.netns {
+        // Before the user namespace: joining a namespace the host owns needs host root.
+        let f = File::open(ns).ctx_at("open network namespace", ns)?;
+        sys::setns(f.as_fd(), libc::CLONE_NEWNET).ctx("join network namespace")?;
+    }
     sys::unshare(libc::CLONE_NEWNS).ctx("unshare mount namespace")?;
     sys::mount(None, std::path::Path::new("/"), None, libc::MS_REC | libc::MS_SLAVE, None)
         .ctx("make / a slave mount")?;
@@ -155,13 +161,9 @@ fn child_a(cfg: &JailConfig, go: OwnedFd, listener: UnixListener, cg: Option<(Ow
     sys::setresgid(0).ctx("setresgid")?;
     sys::setgroups_empty().ctx("setgroups")?;
     sys::setresuid(0).ctx("setresuid")?;
+    let net = if cfg.netns.is_some() { 0 } else { libc::CLONE_NEWNET };
     sys::unshare(
-        libc::CLONE_NEWNS
-            | libc::CLONE_NEWPID
-            | libc::CLONE_NEWNET
-            | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWIPC
-            | libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWNS | libc::CLONE_NEWPID | net | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP,
     )
     .ctx("unshare namespaces")?;
     match sys::fork_with(0).ctx("fork pid 1")? {
@@ -177,7 +179,9 @@ fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMetho
     let root: PathBuf = cfg.mount_dir.join("root");
     rootfs::enter(&root)?;
     sys::sethostname(&cfg.hostname).ctx("sethostname")?;
-    sys::loopback_up().ctx("bring up lo")?;
+    if cfg.netns.is_none() {
+        sys::loopback_up().ctx("bring up lo")?;
+    }
 
     // Lower only (root here lacks CAP_SYS_RESOURCE, and the sandbox must never get more).
     sys::lower_rlimit(libc::RLIMIT_CORE, 0, 0).ctx("rlimit core")?;

@@ -269,6 +269,31 @@ pub fn loopback_up() -> io::Result<()> {
     check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req) }).map(drop)
 }
 
+/// setns(2) into the namespace `fd` refers to, of kind `nstype` (e.g. `CLONE_NEWNET`).
+pub fn setns(fd: BorrowedFd<'_>, nstype: libc::c_int) -> io::Result<()> {
+    // SAFETY: integer-only syscall on an fd the caller keeps open across the call.
+    check(unsafe { libc::setns(fd.as_raw_fd(), nstype) }).map(drop)
+}
+
+/// A fresh network namespace with only loopback, up, for a sandbox to be started in (see
+/// [`crate::config::JailConfig::netns`]): made on a short-lived thread of its own, so the
+/// caller's namespaces never change. The namespace lives as long as the returned fd or a
+/// process in it.
+pub fn new_netns() -> io::Result<OwnedFd> {
+    std::thread::Builder::new()
+        .name("glovebox-netns".into())
+        .spawn(|| -> io::Result<OwnedFd> {
+            // SAFETY: unshare takes only an integer; a network namespace is per thread, so
+            // only this thread, which exits right after, moves into the new one.
+            check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+            loopback_up()?;
+            let f = std::fs::File::open("/proc/thread-self/ns/net")?;
+            Ok(OwnedFd::from(f))
+        })?
+        .join()
+        .map_err(|_| io::Error::other("netns thread panicked"))?
+}
+
 /// A pipe with both ends CLOEXEC.
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
