@@ -165,7 +165,9 @@ impl Exec {
         cgroup: Option<(OwnedFd, KillMethod)>,
         seccomp: Arc<seccompiler::BpfProgram>,
         home: &str,
+        zygote: Option<crate::zygote::Zygote>,
     ) -> std::io::Result<Exec> {
+        let zygote_pid = zygote.as_ref().map(|z| z.pid);
         let inner = Arc::new(Inner {
             cmds: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
@@ -173,8 +175,8 @@ impl Exec {
             spare: Mutex::new(Vec::new()),
             free_cgroups: Mutex::new(Vec::new()),
             refilling: std::sync::atomic::AtomicBool::new(false),
-            zygote: Mutex::new(None),
-            zygote_starts: std::sync::atomic::AtomicU32::new(0),
+            zygote_starts: std::sync::atomic::AtomicU32::new(u32::from(zygote.is_some())),
+            zygote: Mutex::new(zygote),
             cgroup,
             seccomp,
             home: home.to_string(),
@@ -190,6 +192,11 @@ impl Exec {
             }
         });
         let exec = Exec(inner);
+        if let Some(pid) = zygote_pid {
+            // Its exit is reaped like any child's and dropped.
+            let (tx, _) = oneshot::channel();
+            exec.register(pid, tx);
+        }
         exec.refill();
         Ok(exec)
     }
@@ -295,7 +302,7 @@ impl Exec {
         let uid = spec.uid.unwrap_or(0);
         let env = self.env_for(&spec, uid);
         if uid == 0 && spec.gid.unwrap_or(0) == 0 {
-            let spare = lock(&self.0.spare).pop();
+            let spare = self.live_spare();
             if let Some(sp) = spare {
                 match self.start_on_spare(sp, &argv, &env, &cwd, &spec) {
                     Ok(cmd) => return Ok(cmd),
@@ -335,6 +342,29 @@ impl Exec {
         Ok(cmd)
     }
 
+    /// Drops the spares that died waiting (a command, same uid, may kill them) and returns
+    /// their cgroups for removal. A dead one left in the list would fail its command's start
+    /// and, the list looking full, never be replaced: the sandbox would stay on the slow path.
+    fn prune_spares(&self) -> Vec<PathBuf> {
+        let mut dead = Vec::new();
+        lock(&self.0.spare).retain_mut(|sp| {
+            let alive = matches!(sp.exited.try_recv(), Err(oneshot::error::TryRecvError::Empty));
+            if !alive {
+                dead.extend(sp.cgroup_dir.take());
+            }
+            alive
+        });
+        dead
+    }
+
+    /// A spare that is still alive, if any.
+    fn live_spare(&self) -> Option<Spare> {
+        for d in self.prune_spares() {
+            tokio::task::spawn_blocking(move || glovebox_jail::cgroup::remove_tree(&d));
+        }
+        lock(&self.0.spare).pop()
+    }
+
     /// Starts a background refill of the spare slot, unless one is under way.
     fn refill(&self) {
         if self.0.refilling.swap(true, Ordering::AcqRel) {
@@ -344,7 +374,12 @@ impl Exec {
         tokio::task::spawn_blocking(move || {
             // Back-to-back cgroup migrations share one RCU grace period, so topping up
             // several spares in a row costs little more than one.
-            while lock(&this.0.spare).len() < SPARES {
+            while {
+                for d in this.prune_spares() {
+                    let _ = glovebox_jail::cgroup::remove_tree(&d);
+                }
+                lock(&this.0.spare).len() < SPARES
+            } {
                 match this.make_spare() {
                     Ok(sp) => lock(&this.0.spare).push(sp),
                     Err(e) => {

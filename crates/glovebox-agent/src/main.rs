@@ -37,6 +37,28 @@ fn main() {
 }
 
 fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
+    // The daemon compiles the filter once for every sandbox; compiling it here (the
+    // policy's parse is most of a millisecond) is the fallback.
+    let compiled = match booted.seccomp {
+        Some(p) => Ok(p),
+        None => glovebox_jail::seccomp::compile(),
+    };
+    let seccomp = match compiled {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            eprintln!("agent: seccomp: {e}");
+            return 1;
+        }
+    };
+    // Still single-threaded: the one moment the zygote can be forked without an exec.
+    let setup = glovebox_jail::child::ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(seccomp.clone()) };
+    let zygote = match zygote::Zygote::fork_at_boot(&setup) {
+        Ok(z) => Some(z),
+        Err(e) => {
+            eprintln!("agent: zygote: {e}; starting one later");
+            None
+        }
+    };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().max_blocking_threads(8).build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -45,19 +67,6 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
         }
     };
     rt.block_on(async move {
-        // The daemon compiles the filter once for every sandbox; compiling it here (the
-        // policy's parse is most of a millisecond) is the fallback.
-        let compiled = match booted.seccomp {
-            Some(p) => Ok(p),
-            None => glovebox_jail::seccomp::compile(),
-        };
-        let seccomp = match compiled {
-            Ok(p) => Arc::new(p),
-            Err(e) => {
-                eprintln!("agent: seccomp: {e}");
-                return 1;
-            }
-        };
         let files = match files::Files::open(std::path::Path::new("/"), HOME) {
             Ok(f) => Arc::new(f),
             Err(e) => {
@@ -65,7 +74,7 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
                 return 1;
             }
         };
-        let exec = match exec::Exec::start(booted.command_cgroup, seccomp, HOME) {
+        let exec = match exec::Exec::start(booted.command_cgroup, seccomp, HOME, zygote) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("agent: {e}");

@@ -83,6 +83,20 @@ fn fork_one() -> std::io::Result<(i32, [OwnedFd; 4])> {
     Ok((pid, [job_w, in_w, out_r, err_r]))
 }
 
+/// The socket pair between the agent and a zygote: the agent's end (with its answer
+/// timeouts) and the zygote's.
+fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::sockopt::set_socket_timeout(&ours, rustix::net::sockopt::Timeout::Recv, Some(ANSWER_TIMEOUT))?;
+    rustix::net::sockopt::set_socket_timeout(&ours, rustix::net::sockopt::Timeout::Send, Some(ANSWER_TIMEOUT))?;
+    Ok((ours, theirs))
+}
+
 /// The agent's handle on its zygote.
 pub struct Zygote {
     sock: OwnedFd,
@@ -99,20 +113,40 @@ pub struct Forked {
 }
 
 impl Zygote {
+    /// Forks the zygote off the agent before the agent starts its runtime: the agent is
+    /// single-threaded then, so the child may run on without an exec, and the zygote costs a
+    /// fork of a small process instead of a fork of the runtime plus a start of the binary.
+    /// The child keeps only its socket (as fd 3) and stderr.
+    pub fn fork_at_boot(setup: &glovebox_jail::child::ChildSetup) -> std::io::Result<Zygote> {
+        let (ours, theirs) = pair()?;
+        match glovebox_jail::sys::fork_with(0)? {
+            glovebox_jail::sys::Forked::Child => {
+                use std::os::fd::AsRawFd;
+                // Dumpable again, as an exec would have left it (the agent is not): the agent
+                // checks each spare's fds through /proc, which a non-dumpable process whose
+                // memory map was made outside the sandbox's user namespace would refuse.
+                let ready = glovebox_jail::sys::dup2(theirs.as_raw_fd(), 3)
+                    .and_then(|()| glovebox_jail::sys::set_cloexec(3, false))
+                    .and_then(|()| glovebox_jail::sys::close_range(4, u32::MAX))
+                    .and_then(|()| glovebox_jail::sys::prctl(libc::PR_SET_DUMPABLE, 1).map(drop))
+                    .and_then(|()| glovebox_jail::child::become_unprivileged(setup));
+                if let Err(e) = ready {
+                    eprintln!("agent: zygote set-up: {e}");
+                    glovebox_jail::sys::exit_now(125);
+                }
+                main()
+            }
+            glovebox_jail::sys::Forked::Parent { child } => Ok(Zygote { sock: ours, pid: child }),
+        }
+    }
+
     /// Starts the zygote with the command set-up `setup` (it joins no cgroup of its own).
     pub fn start(
         setup: std::sync::Arc<glovebox_jail::child::ChildSetup>,
     ) -> std::io::Result<(Zygote, std::process::Child)> {
         use std::os::unix::process::CommandExt;
         use std::process::Stdio;
-        let (ours, theirs) = rustix::net::socketpair(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::SEQPACKET,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )?;
-        rustix::net::sockopt::set_socket_timeout(&ours, rustix::net::sockopt::Timeout::Recv, Some(ANSWER_TIMEOUT))?;
-        rustix::net::sockopt::set_socket_timeout(&ours, rustix::net::sockopt::Timeout::Send, Some(ANSWER_TIMEOUT))?;
+        let (ours, theirs) = pair()?;
         let mut c = std::process::Command::new("/proc/self/exe");
         c.arg0("glovebox-agent")
             .arg("zygote")

@@ -243,6 +243,8 @@ impl Store {
         // A small page cache (512 KiB): the daemon's memory must not grow with the file; the
         // OS page cache keeps hot pages anyway.
         conn.pragma_update(None, "cache_size", -512).map_err(open)?;
+        // Every statement on a request's path is prepared once (`prepare_cached`).
+        conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn, path)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
@@ -266,45 +268,49 @@ impl Store {
         let config = serde_json::to_string(&r.config)
             .map_err(|e| StoreError::Corrupt { what: "sandbox config", message: e.to_string() })?;
         self.with(|c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT OR REPLACE INTO sandboxes
                  (id, template, config, created_at, deadline, slot, pid, pid_start, state, end_reason, ended_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    r.id,
-                    r.template,
-                    config,
-                    ms(r.created_at),
-                    ms(r.deadline),
-                    r.slot,
-                    r.pid,
-                    r.pid_start as i64,
-                    r.state.as_str(),
-                    r.end_reason.map(EndReason::as_str),
-                    r.ended_at.map(ms),
-                ],
-            )
+            )?
+            .execute(params![
+                r.id,
+                r.template,
+                config,
+                ms(r.created_at),
+                ms(r.deadline),
+                r.slot,
+                r.pid,
+                r.pid_start as i64,
+                r.state.as_str(),
+                r.end_reason.map(EndReason::as_str),
+                r.ended_at.map(ms),
+            ])
         })
         .map_err(q("put sandbox"))?;
         Ok(())
     }
 
     pub fn set_state(&self, id: &str, state: State) -> Result<()> {
-        self.with(|c| c.execute("UPDATE sandboxes SET state = ?2 WHERE id = ?1", params![id, state.as_str()]))
-            .map_err(q("set state"))?;
+        self.with(|c| {
+            c.prepare_cached("UPDATE sandboxes SET state = ?2 WHERE id = ?1")?.execute(params![id, state.as_str()])
+        })
+        .map_err(q("set state"))?;
         Ok(())
     }
 
     pub fn set_deadline(&self, id: &str, deadline: SystemTime) -> Result<()> {
-        self.with(|c| c.execute("UPDATE sandboxes SET deadline = ?2 WHERE id = ?1", params![id, ms(deadline)]))
-            .map_err(q("set deadline"))?;
+        self.with(|c| {
+            c.prepare_cached("UPDATE sandboxes SET deadline = ?2 WHERE id = ?1")?.execute(params![id, ms(deadline)])
+        })
+        .map_err(q("set deadline"))?;
         Ok(())
     }
 
     pub fn set_config(&self, id: &str, config: &SandboxConfig) -> Result<()> {
         let config = serde_json::to_string(config)
             .map_err(|e| StoreError::Corrupt { what: "sandbox config", message: e.to_string() })?;
-        self.with(|c| c.execute("UPDATE sandboxes SET config = ?2 WHERE id = ?1", params![id, config]))
+        self.with(|c| c.prepare_cached("UPDATE sandboxes SET config = ?2 WHERE id = ?1")?.execute(params![id, config]))
             .map_err(q("set config"))?;
         Ok(())
     }
@@ -314,18 +320,19 @@ impl Store {
     pub fn end_sandbox(&self, id: &str, reason: EndReason, at: SystemTime) -> Result<()> {
         let state = State::ended(reason).as_str();
         self.with(|c| {
-            let n = c.execute(
-                "UPDATE sandboxes SET state = ?2, end_reason = ?3, ended_at = ?4
+            let n = c
+                .prepare_cached(
+                    "UPDATE sandboxes SET state = ?2, end_reason = ?3, ended_at = ?4
                  WHERE id = ?1 AND end_reason IS NULL",
-                params![id, state, reason.as_str(), ms(at)],
-            )?;
+                )?
+                .execute(params![id, state, reason.as_str(), ms(at)])?;
             if n == 0 {
-                c.execute(
+                c.prepare_cached(
                     "INSERT OR IGNORE INTO sandboxes
                      (id, template, config, created_at, deadline, slot, pid, pid_start, state, end_reason, ended_at)
                      VALUES (?1, '', '{}', ?4, ?4, 0, 0, 0, ?2, ?3, ?4)",
-                    params![id, state, reason.as_str(), ms(at)],
-                )?;
+                )?
+                .execute(params![id, state, reason.as_str(), ms(at)])?;
             }
             Ok(())
         })
@@ -376,10 +383,10 @@ impl Store {
         let time = SystemTime::now();
         let seq = self
             .with(|c| {
-                c.execute(
+                c.prepare_cached(
                     "INSERT INTO events (time, sandbox_id, kind, reason, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![ms(time), sandbox_id, kind, reason, detail],
-                )?;
+                )?
+                .execute(params![ms(time), sandbox_id, kind, reason, detail])?;
                 Ok(c.last_insert_rowid())
             })
             .map_err(q("add event"))?;
@@ -664,7 +671,10 @@ mod tests {
     fn a_newer_schema_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let s = Store::open(t.path()).unwrap();
-        s.with(|c| c.execute("INSERT INTO schema_version VALUES (?1, 0)", [MIGRATIONS.len() as i64 + 1])).unwrap();
+        s.with(|c| {
+            c.prepare_cached("INSERT INTO schema_version VALUES (?1, 0)")?.execute([MIGRATIONS.len() as i64 + 1])
+        })
+        .unwrap();
         drop(s);
         assert!(matches!(Store::open(t.path()), Err(StoreError::TooNew(..))));
     }

@@ -151,10 +151,10 @@ impl Ledger {
         let Some(store) = self.store.get() else { return };
         let Ok(j) = serde_json::to_string(u) else { return };
         let r = store.with(|c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT OR REPLACE INTO usage (sandbox_id, tenant, ended_at, report) VALUES (?1, ?2, ?3, ?4)",
-                rusqlite::params![u.sandbox_id, u.tenant, crate::store::ms(SystemTime::now()), j],
-            )
+            )?
+            .execute(rusqlite::params![u.sandbox_id, u.tenant, crate::store::ms(SystemTime::now()), j])
         });
         if let Err(e) = r {
             tracing::error!(sandbox = %u.sandbox_id, "store usage: {e}");

@@ -139,6 +139,13 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
     Ok(())
 }
 
+/// Applies the per-command set-up to the calling process itself, for a child forked without
+/// exec (the agent's zygote, forked while the agent is still single-threaded). The same
+/// steps, in the same order, as before a command's exec.
+pub fn become_unprivileged(s: &ChildSetup) -> io::Result<()> {
+    in_child(s)
+}
+
 /// Spawns `cmd` with the jail's per-command setup applied in the child before exec.
 /// The caller sets argv, env (cleared), cwd and stdio on `cmd` beforehand. `extra`, if
 /// given, is made available to the child as fd 3 (without CLOEXEC).
