@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -478,14 +477,8 @@ impl Exec {
     fn fork_spare_here(&self) -> std::io::Result<crate::zygote::Forked> {
         let (job_r, job_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let setup = Arc::new(ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(self.0.seccomp.clone()) });
-        let mut c = std::process::Command::new("/proc/self/exe");
-        c.arg0("glovebox-agent")
-            .arg("spare")
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut c = crate::zygote::self_command("spare");
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let spawned = glovebox_jail::child::spawn(&mut c, setup, Some(&job_r));
         drop(job_r);
         let mut child = spawned?;

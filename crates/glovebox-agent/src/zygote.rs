@@ -97,6 +97,15 @@ fn pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok((ours, theirs))
 }
 
+/// `glovebox-agent ROLE` (this binary again, as a helper: `zygote` or `spare`), with an empty
+/// environment, in `/`.
+pub fn self_command(role: &str) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new("/proc/self/exe");
+    c.arg0("glovebox-agent").arg(role).env_clear().current_dir("/");
+    c
+}
+
 /// The agent's handle on its zygote.
 pub struct Zygote {
     sock: OwnedFd,
@@ -144,17 +153,10 @@ impl Zygote {
     pub fn start(
         setup: std::sync::Arc<glovebox_jail::child::ChildSetup>,
     ) -> std::io::Result<(Zygote, std::process::Child)> {
-        use std::os::unix::process::CommandExt;
         use std::process::Stdio;
         let (ours, theirs) = pair()?;
-        let mut c = std::process::Command::new("/proc/self/exe");
-        c.arg0("glovebox-agent")
-            .arg("zygote")
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        let mut c = self_command("zygote");
+        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
         let child = glovebox_jail::child::spawn(&mut c, setup, Some(&theirs))?;
         let pid = child.id() as i32;
         Ok((Zygote { sock: ours, pid }, child))

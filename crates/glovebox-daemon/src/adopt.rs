@@ -144,6 +144,8 @@ impl Manager {
             preload: rec.config.preload.clone(),
             // The template as stored now (its defaults; its layers kept by GC).
             template_defaults: self.templates.store.load(&rec.template).map(Arc::new),
+            // Its commands from before the restart are unknown: the teardown asks its agent.
+            commands: crate::records::Counts::unknown(),
             tenant,
             // CPU: the cgroup's counter kept running while the daemon was down, so everything
             // above the base recorded at create is billed (older records have none: from

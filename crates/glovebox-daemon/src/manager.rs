@@ -277,6 +277,8 @@ pub struct Sb {
     pub meter: crate::usage::Meter,
     /// The template's defaults (commands' user and cwd) and its layers (kept by GC).
     pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
+    /// Commands started through the API and commands recorded (see `records::flush`).
+    pub(crate) commands: crate::records::Counts,
     pub(crate) _slot: Slot,
 }
 
@@ -869,6 +871,7 @@ impl Manager {
             tenant: tenant.to_string(),
             meter: crate::usage::Meter::new(now, cpu_base),
             template_defaults: tpl.defaults.clone(),
+            commands: crate::records::Counts::default(),
             _slot: booted.slot,
         });
         admission.commit();

@@ -84,6 +84,8 @@ async fn send_stdin_frames(w: &mut Writer, id: u64, data: &[u8], close: bool) ->
 /// Starts a command; returns the connection positioned after `Started`.
 async fn start(m: &Manager, sb: &Sb, req: &ExecRequest) -> Result<(Reader, Writer, ExecSpec, Started)> {
     let (spec, stdin) = spec(sb, req)?;
+    // Counted before the agent hears of it, so a teardown meanwhile asks the agent.
+    sb.commands.started();
     let (mut r, mut w) = sb.connect().await.map_err(|e| m.agent_error(&sb.id, e))?;
     w.json(&Request::Exec(spec.clone())).await?;
     let first: serde_json::Value = tokio::time::timeout(AGENT_REPLY, r.json())
@@ -198,7 +200,7 @@ pub async fn exec(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<ExecResult> 
     let oom_before = sb.oom_kills();
     let (mut r, _w, spec, _) = start(m, sb, &req).await?;
     let (exit, out) = collect(m, sb, &mut r, spec.max_output_bytes, deadline(&spec)).await?;
-    crate::records::record(m, &sb.id, &spec.cmd, &exit, [&out[0], &out[1]]);
+    crate::records::record(m, sb, &spec.cmd, &exit, [&out[0], &out[1]]);
     let oom = sb.oom_kills() > oom_before;
     let res = result(exit, out, req.encoding, oom);
     count_command(m, &res, t.elapsed());
@@ -281,7 +283,7 @@ pub async fn exec_stream(
         };
         let last = match r {
             Ok(e) => {
-                crate::records::record(&m, &sb.id, &spec.cmd, &e, [&kept[0], &kept[1]]);
+                crate::records::record(&m, &sb, &spec.cmd, &e, [&kept[0], &kept[1]]);
                 let oom = sb.oom_kills() > oom_before;
                 let res = result(e, [Vec::new(), Vec::new()], enc, oom);
                 count_command(&m, &res, t0.elapsed());

@@ -114,11 +114,37 @@ fn is_kernel(cmd: &ap::Command) -> bool {
     }
 }
 
+/// Commands of one sandbox started through the API, and how many of them are on record:
+/// when the two agree, a teardown has nothing to fetch from the agent (one round trip less).
+#[derive(Default)]
+pub struct Counts {
+    started: std::sync::atomic::AtomicU64,
+    recorded: std::sync::atomic::AtomicU64,
+}
+
+impl Counts {
+    /// For an adopted sandbox: what ran before the restart is unknown, so they never agree.
+    pub fn unknown() -> Counts {
+        Counts { started: std::sync::atomic::AtomicU64::new(u64::MAX / 2), ..Default::default() }
+    }
+
+    pub fn started(&self) {
+        self.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn all_recorded(&self) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        self.recorded.load(Acquire) >= self.started.load(Acquire)
+    }
+}
+
 /// Stores one finished command (output cut to [`KEPT`] per stream).
-pub fn record(m: &Manager, sandbox_id: &str, cmd: &ap::Command, exit: &ExitStatus, out: [&[u8]; 2]) {
+pub fn record(m: &Manager, sb: &Sb, cmd: &ap::Command, exit: &ExitStatus, out: [&[u8]; 2]) {
     if is_kernel(cmd) {
         return;
     }
+    sb.commands.recorded.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    let sandbox_id = sb.id.as_str();
     let ended = SystemTime::now();
     let r = CommandRecord {
         sandbox_id: sandbox_id.to_string(),
@@ -197,7 +223,7 @@ pub fn watch_background(m: Arc<Manager>, sb: Arc<Sb>, id: u64, cmd: ap::Command)
         // A running command is activity until it ends (the idle clock starts from there).
         let _busy = sb.activity.guard();
         if let Some((Some(exit), out)) = attach(&sb, id, None).await {
-            record(&m, &sb.id, &cmd, &exit, [&out[0], &out[1]]);
+            record(&m, &sb, &cmd, &exit, [&out[0], &out[1]]);
         }
     });
 }
@@ -217,6 +243,10 @@ pub async fn watch_running(m: &Arc<Manager>, sb: &Arc<Sb>) {
 /// lacks — finished ones as they ended, running ones with their output so far and the
 /// SIGKILL the teardown is about to send. Bounded by `FLUSH_BOUND` altogether.
 pub async fn flush(m: &Manager, sb: &Sb) {
+    // Every command started through the API already ended on record: nothing to fetch.
+    if sb.commands.all_recorded() {
+        return;
+    }
     let go = async {
         let Ok(Reply::Commands { commands }) = m.agent_call(sb, &Request::List).await else { return };
         m.records.settle().await;
@@ -235,7 +265,7 @@ pub async fn flush(m: &Manager, sb: &Sb) {
                 stderr_bytes: out[1].len() as u64,
                 ..Default::default()
             });
-            record(m, &sb.id, &c.cmd, &exit, [&out[0], &out[1]]);
+            record(m, sb, &c.cmd, &exit, [&out[0], &out[1]]);
         }
     };
     if tokio::time::timeout(FLUSH_BOUND, go).await.is_err() {
@@ -259,4 +289,26 @@ pub fn spawn_pruner(m: std::sync::Weak<Manager>, retention: Duration) {
             tokio::time::sleep(Duration::from_secs(600)).await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn counts_agree_only_when_every_started_command_is_recorded() {
+        let c = Counts::default();
+        assert!(c.all_recorded(), "nothing started");
+        c.started();
+        c.started();
+        assert!(!c.all_recorded());
+        c.recorded.fetch_add(1, Ordering::AcqRel);
+        assert!(!c.all_recorded(), "one of two on record");
+        c.recorded.fetch_add(1, Ordering::AcqRel);
+        assert!(c.all_recorded());
+        let adopted = Counts::unknown();
+        adopted.recorded.fetch_add(1000, Ordering::AcqRel);
+        assert!(!adopted.all_recorded(), "an adopted sandbox's history is unknown");
+    }
 }
