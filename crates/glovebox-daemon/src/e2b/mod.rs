@@ -89,6 +89,18 @@ pub fn router(app: AppState) -> Router {
         .route("/health", get(health))
         .merge(code::routes())
         .with_state(st)
+        .layer(axum::middleware::map_response(close_after_error))
+}
+
+/// An error answer may leave the request's body unread (the sandbox lookup rejects before
+/// any handler reads it), and then the connection cannot carry another request. Saying so
+/// (`Connection: close`) keeps the SDKs' pooled clients from sending their next request on
+/// it while it closes — which they report as "connection closed before message completed".
+async fn close_after_error(mut r: Response) -> Response {
+    if r.status().is_client_error() || r.status().is_server_error() {
+        r.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
+    r
 }
 
 /// envd's health probe: the SDKs ask it after a failed request to tell a dead sandbox from
