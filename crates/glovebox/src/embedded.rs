@@ -69,5 +69,6 @@ impl Embedded {
         }
         let _ = (&mut self.task).await;
         self.manager.destroy_all(glovebox_proto::api::EndReason::Killed).await;
+        self.manager.records.settle().await;
     }
 }

@@ -294,6 +294,8 @@ async fn serve(a: ServeArgs) -> Result<()> {
     } else {
         m.leave_for_restart().await;
     }
+    // Command records still queued for the store go in before the process ends.
+    m.records.settle().await;
     Ok(())
 }
 
