@@ -192,9 +192,7 @@ impl Exec {
         });
         let exec = Exec(inner);
         if let Some(pid) = zygote_pid {
-            // Its exit is reaped like any child's and dropped.
-            let (tx, _) = oneshot::channel();
-            exec.register(pid, tx);
+            exec.reap_and_forget(pid);
         }
         exec.refill();
         Ok(exec)
@@ -441,13 +439,9 @@ impl Exec {
                 if self.0.zygote_starts.fetch_add(1, Ordering::Relaxed) >= Self::MAX_ZYGOTES {
                     return None;
                 }
-                let setup =
-                    Arc::new(ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(self.0.seccomp.clone()) });
-                match crate::zygote::Zygote::start(setup) {
+                match crate::zygote::Zygote::start(Arc::new(ChildSetup::root(self.0.seccomp.clone()))) {
                     Ok((zg, child)) => {
-                        // Its exit is reaped like any child's and dropped.
-                        let (tx, _) = oneshot::channel();
-                        self.register(zg.pid, tx);
+                        self.reap_and_forget(zg.pid);
                         drop(child);
                         *z = Some(zg);
                     }
@@ -476,7 +470,7 @@ impl Exec {
     /// Blocking: a spare forked from the agent itself (without a zygote).
     fn fork_spare_here(&self) -> std::io::Result<crate::zygote::Forked> {
         let (job_r, job_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-        let setup = Arc::new(ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(self.0.seccomp.clone()) });
+        let setup = Arc::new(ChildSetup::root(self.0.seccomp.clone()));
         let mut c = crate::zygote::self_command("spare");
         c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let spawned = glovebox_jail::child::spawn(&mut c, setup, Some(&job_r));
@@ -494,6 +488,12 @@ impl Exec {
             stdout: OwnedFd::from(o),
             stderr: OwnedFd::from(e),
         })
+    }
+
+    /// A child whose exit nobody waits for (the zygote): reaped like any, its status dropped.
+    fn reap_and_forget(&self, pid: i32) {
+        let (tx, _) = oneshot::channel();
+        self.register(pid, tx);
     }
 
     /// Routes `pid`'s exit status to `tx` (or at once, if the reaper already saw it).

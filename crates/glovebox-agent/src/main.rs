@@ -51,7 +51,7 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
         }
     };
     // Still single-threaded: the one moment the zygote can be forked without an exec.
-    let setup = glovebox_jail::child::ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(seccomp.clone()) };
+    let setup = glovebox_jail::child::ChildSetup::root(seccomp.clone());
     let zygote = match zygote::Zygote::fork_at_boot(&setup) {
         Ok(z) => Some(z),
         Err(e) => {

@@ -23,6 +23,14 @@ pub struct ChildSetup {
     pub seccomp: Option<Arc<seccompiler::BpfProgram>>,
 }
 
+impl ChildSetup {
+    /// What spares and the zygote get: root of the sandbox, no cgroup of its own to join
+    /// (the agent moves them), the filter.
+    pub fn root(seccomp: Arc<seccompiler::BpfProgram>) -> ChildSetup {
+        ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(seccomp) }
+    }
+}
+
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
 const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;

@@ -301,9 +301,6 @@ impl Policy {
                 }
             }
         }
-        // A run of one syscall with rules never merges with its neighbour (see `push`), but
-        // two equal plain runs can meet once a rules run between them is placed: merge again.
-        runs.dedup_by(|b, a| a.1 == b.1 && !matches!(a.1, Leaf::Rules(_)));
 
         // The rule blocks, each self-contained (it ends in returns); their place is known
         // only once the search tree is laid out.
