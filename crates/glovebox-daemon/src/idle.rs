@@ -79,9 +79,12 @@ pub async fn commands_running(m: &crate::manager::Manager, sb: &crate::manager::
 }
 
 /// Middleware on `/v1/sandboxes/{id}/…`: the sandbox is busy while the request is handled
-/// and while its response body streams.
+/// and while its response body streams; so is the daemon's sandbox work, which pool refills
+/// wait on.
 pub async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let guard = sandbox_id(req.uri().path()).and_then(|id| st.manager.get(id).ok()).map(|sb| sb.activity.guard());
+    let guard = sandbox_id(req.uri().path())
+        .and_then(|id| st.manager.get(id).ok())
+        .map(|sb| (sb.activity.guard(), st.manager.sandbox_work.guard()));
     let resp = next.run(req).await;
     let Some(guard) = guard else { return resp };
     if axum::body::HttpBody::size_hint(resp.body()).exact().is_some() {

@@ -68,6 +68,11 @@ impl Meter {
     }
 
     /// The last reading before the sandbox's processes are killed; the meter stops here.
+    /// Whether [`Meter::finish`] was called (later samples change nothing).
+    pub fn ended(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).ended.is_some()
+    }
+
     pub fn finish(&self, st: Option<&Stats>) {
         if let Some(st) = st {
             self.sample(st);

@@ -43,6 +43,16 @@ pub(super) fn apply_v2(fs: &dyn Fs, dir: &Path, limits: &Limits) -> Result<(), C
     fs::write(fs, &dir.join("cpu.max"), &format!("{quota} {PERIOD_US}"))
 }
 
+/// v1 `cpu.shares`: 2 is the kernel's minimum, 1024 its default.
+pub(super) fn background_v1(fs: &dyn Fs, dir: &Path, background: bool) -> Result<(), CgroupError> {
+    fs::write(fs, &dir.join("cpu.shares"), if background { "2" } else { "1024" })
+}
+
+/// v2 `cpu.weight`: 1 is the minimum, 100 the default.
+pub(super) fn background_v2(fs: &dyn Fs, dir: &Path, background: bool) -> Result<(), CgroupError> {
+    fs::write(fs, &dir.join("cpu.weight"), if background { "1" } else { "100" })
+}
+
 /// CPU time used, in microseconds; `dir` is the sandbox's cpuacct cgroup.
 pub(super) fn stats_v1(dir: &Path) -> Result<u64, CgroupError> {
     Ok(fs::read_u64(&dir.join("cpuacct.usage"))? / 1_000)

@@ -143,6 +143,7 @@ impl FakeFs {
             ("pids.max", "max"),
             ("pids.current", "0"),
             ("cpu.max", "max 100000"),
+            ("cpu.weight", "100"),
             ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"),
         ]);
         if opts.cgroup_kill {

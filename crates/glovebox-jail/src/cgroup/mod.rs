@@ -112,7 +112,12 @@ pub trait Cgroup: Send + Sync {
     fn command_parent(&self) -> (PathBuf, KillMethod);
     /// Applies new limits. Not atomic: on error some controllers may have the new values.
     fn set_limits(&self, limits: &Limits) -> Result<(), CgroupError>;
+    /// Background (the lowest CPU weight: runs only on CPU time nobody else wants, e.g. a
+    /// warm-pool sandbox booting) or the default weight.
+    fn set_background(&self, background: bool) -> Result<(), CgroupError>;
     fn stats(&self) -> Result<Stats, CgroupError>;
+    /// Just the CPU time used, in microseconds (one file read).
+    fn cpu_usage_usec(&self) -> Result<u64, CgroupError>;
     /// Just the OOM kill count (one file read; checked around every command).
     fn oom_kills(&self) -> Result<u64, CgroupError>;
     /// Kills every process in the sandbox, command children included, and waits (up to about

@@ -159,6 +159,10 @@ impl Cgroup for V1Cgroup {
         cpu::apply_v1(fs, &self.dir(&self.layout.cpu), limits)
     }
 
+    fn set_background(&self, background: bool) -> Result<(), CgroupError> {
+        cpu::background_v1(&*self.fs, &self.dir(&self.layout.cpu), background)
+    }
+
     fn stats(&self) -> Result<Stats, CgroupError> {
         let memory = memory::stats_v1(&self.dir(&self.layout.memory))?;
         Ok(Stats {
@@ -168,6 +172,10 @@ impl Cgroup for V1Cgroup {
             pids_current: pids::stats_v1(&self.dir(&self.layout.pids))?,
             oom_kills: memory.oom_kills,
         })
+    }
+
+    fn cpu_usage_usec(&self) -> Result<u64, CgroupError> {
+        cpu::stats_v1(&self.dir(&self.layout.cpuacct))
     }
 
     fn oom_kills(&self) -> Result<u64, CgroupError> {
@@ -409,6 +417,17 @@ mod tests {
     }
 
     #[test]
+    fn background_is_the_lowest_cpu_weight_and_back() {
+        let (_tmp, fake) = setup(Opts::default());
+        let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
+        let shares = dir(&fake, "cpu", "sb1").join("cpu.shares");
+        cgroup.set_background(true).unwrap();
+        assert_eq!(read(&shares), "2");
+        cgroup.set_background(false).unwrap();
+        assert_eq!(read(&shares), "1024");
+    }
+
+    #[test]
     fn stats_read_every_controller() {
         let (_tmp, fake) = setup(Opts::default());
         let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
@@ -425,6 +444,7 @@ mod tests {
         assert_eq!(stats.memory_peak_bytes, Some(8192));
         assert_eq!(stats.oom_kills, 3);
         assert_eq!(stats.cpu_usage_usec, 5000);
+        assert_eq!(cgroup.cpu_usage_usec().unwrap(), 5000);
         assert_eq!(stats.pids_current, 2);
 
         put("pids", "pids.current", "lots\n");

@@ -131,6 +131,10 @@ impl Cgroup for V2Cgroup {
         fs::read_keyed(&self.dir.join("memory.events"), "oom_kill")
     }
 
+    fn set_background(&self, background: bool) -> Result<(), CgroupError> {
+        cpu::background_v2(&*self.fs, &self.dir, background)
+    }
+
     fn stats(&self) -> Result<Stats, CgroupError> {
         let memory = memory::stats_v2(&self.dir)?;
         Ok(Stats {
@@ -140,6 +144,10 @@ impl Cgroup for V2Cgroup {
             pids_current: pids::stats_v2(&self.dir)?,
             oom_kills: memory.oom_kills,
         })
+    }
+
+    fn cpu_usage_usec(&self) -> Result<u64, CgroupError> {
+        cpu::stats_v2(&self.dir)
     }
 
     fn kill_all(&self) -> Result<usize, CgroupError> {
@@ -303,6 +311,17 @@ mod tests {
     }
 
     #[test]
+    fn background_is_the_lowest_cpu_weight_and_back() {
+        let (_tmp, fake) = setup(Opts::default());
+        let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
+        let weight = dir(&fake, "sb1").join("cpu.weight");
+        cgroup.set_background(true).unwrap();
+        assert_eq!(read(&weight), "1");
+        cgroup.set_background(false).unwrap();
+        assert_eq!(read(&weight), "100");
+    }
+
+    #[test]
     fn stats_read_every_controller() {
         let (_tmp, fake) = setup(Opts::default());
         let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
@@ -318,6 +337,7 @@ mod tests {
         assert_eq!(stats.memory_peak_bytes, Some(8192));
         assert_eq!(stats.oom_kills, 2);
         assert_eq!(stats.cpu_usage_usec, 777);
+        assert_eq!(cgroup.cpu_usage_usec().unwrap(), 777);
         assert_eq!(stats.pids_current, 3);
 
         // memory.peak is 5.19+.
