@@ -73,6 +73,10 @@ fn delete_then_gone_with_reason_killed() {
     assert!(!processes_of(&id).is_empty(), "the sandbox runs on the host");
     let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 204, "{v}");
+    // The answer waits for the kill (cgroups and directory may still be on their way out):
+    // no process of the sandbox is left once it is there, without polling.
+    let left = processes_of(&id);
+    assert!(left.is_empty(), "processes of {id} right after its DELETE returned: {left:?}");
     let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 410, "{v}");
     assert_gone(&v, "killed");
