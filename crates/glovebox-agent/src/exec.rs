@@ -84,6 +84,8 @@ struct Spare {
     stderr: OwnedFd,
     cgroup_dir: Option<PathBuf>,
     exited: oneshot::Receiver<rustix::process::WaitStatus>,
+    /// Its `/proc/PID/stat`, opened when it was made (see `doomed`).
+    stat: Option<OwnedFd>,
 }
 
 struct Cmd {
@@ -299,11 +301,12 @@ impl Exec {
         let uid = spec.uid.unwrap_or(0);
         let env = self.env_for(&spec, uid);
         if uid == 0 && spec.gid.unwrap_or(0) == 0 {
-            let spare = self.live_spare();
-            if let Some(sp) = spare {
+            // A spare a command killed may not have died yet: then the next one is tried.
+            for _ in 0..SPARES {
+                let Some(sp) = self.live_spare() else { break };
                 match self.start_on_spare(sp, &argv, &env, &cwd, &spec) {
                     Ok(cmd) => return Ok(cmd),
-                    Err(e) => eprintln!("agent: spare unusable, starting directly: {e}"),
+                    Err(e) => eprintln!("agent: spare unusable: {e}"),
                 }
             }
         }
@@ -322,16 +325,18 @@ impl Exec {
         use std::io::Write;
         let job = crate::spare::Job { argv: argv.to_vec(), env: env.to_vec(), cwd: cwd.to_string() };
         let body = serde_json::to_vec(&job).map_err(std::io::Error::other)?;
-        let mut jobw = std::fs::File::from(sp.job);
-        if let Err(e) = jobw.write_all(&body) {
-            // A spare that died waiting (its exit is reaped and dropped): start directly.
-            let _ = rustix::process::kill_process(
-                rustix::process::Pid::from_raw(sp.pid).ok_or_else(|| std::io::Error::other("bad pid"))?,
-                rustix::process::Signal::KILL,
-            );
+        // Checked before the job is written, never after: a spare seen doomed after the write
+        // may have run the command already, and starting it again would run it twice.
+        let written = if sp.stat.as_ref().is_none_or(doomed) {
+            Err(std::io::Error::other(format!("spare {} is exiting", sp.pid)))
+        } else {
+            // A spare that died waiting since: its pipe is closed (EPIPE).
+            std::fs::File::from(sp.job).write_all(&body)
+        };
+        if let Err(e) = written {
+            self.discard(sp.pid, sp.exited, sp.cgroup_dir);
             return Err(e);
         }
-        drop(jobw);
         let cmd = self.new_cmd(sp.id, sp.pid, spec, cwd, sp.cgroup_dir);
         lock(&self.0.cmds).insert(sp.id, cmd.clone());
         let stdin = if spec.stdin { Some(sp.stdin) } else { None };
@@ -352,6 +357,19 @@ impl Exec {
             alive
         });
         dead
+    }
+
+    /// Ends a spare that cannot take its job and removes its cgroup once it is gone.
+    fn discard(&self, pid: i32, exited: oneshot::Receiver<rustix::process::WaitStatus>, cgroup: Option<PathBuf>) {
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+        if let Some(d) = cgroup {
+            tokio::spawn(async move {
+                let _ = exited.await;
+                let _ = tokio::task::spawn_blocking(move || glovebox_jail::cgroup::remove_tree(&d)).await;
+            });
+        }
     }
 
     /// A spare that is still alive, if any.
@@ -425,7 +443,13 @@ impl Exec {
                 return Err(e);
             }
         }
-        Ok(Spare { id, pid, job: job_w, stdin, stdout, stderr, cgroup_dir, exited: rx })
+        let stat = rustix::fs::open(
+            format!("/proc/{pid}/stat"),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok();
+        Ok(Spare { id, pid, job: job_w, stdin, stdout, stderr, cgroup_dir, exited: rx, stat })
     }
 
     /// Zygotes a command may kill before spares are forked by the agent itself instead.
@@ -873,6 +897,36 @@ enum SpawnError {
     Reply(ErrorCode, String),
 }
 
+/// Whether process `pid` can no longer take a job: gone, a zombie, exiting, or with a SIGKILL
+/// pending. A spare killed by a command (same uid) gets its SIGKILL at once but may wait for a
+/// CPU to act on it — milliseconds on a busy machine — and a job written to it meanwhile would
+/// be lost with it. The kill is pending from the moment `kill(2)` returns in the killer until
+/// the victim starts exiting, and `PF_EXITING` is set from then on, so a kill sent by a command
+/// that has ended is always seen (a thread-directed kill leaves a window of a few instructions
+/// while the victim itself runs). `stat` is the process's `/proc/PID/stat`, opened ahead: one
+/// read regenerates it (a fresh open and read of it costs several times more), and once the
+/// process is reaped the read fails instead of reaching another process under the same pid.
+fn doomed(stat: &OwnedFd) -> bool {
+    let mut buf = [0u8; 1024];
+    match rustix::io::pread(stat, &mut buf, 0) {
+        Ok(n) => stat_doomed(&buf[..n]),
+        Err(_) => true,
+    }
+}
+
+/// `doomed` on the text of `/proc/PID/stat`; unparsable counts as doomed.
+fn stat_doomed(stat: &[u8]) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    // After the command name (which may hold anything, `)` included): state is field 3,
+    // flags field 9, the pending-signal mask field 31.
+    let Some(end) = stat.iter().rposition(|&b| b == b')') else { return true };
+    let fields: Vec<&[u8]> = stat[end + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty()).collect();
+    let num = |i: usize| fields.get(i).and_then(|f| std::str::from_utf8(f).ok()?.trim().parse::<u64>().ok());
+    let (Some(state), Some(flags), Some(pending)) = (fields.first(), num(6), num(28)) else { return true };
+    matches!(state, [b'Z' | b'X' | b'x']) || flags & PF_EXITING != 0 || pending & SIGKILL_BIT != 0
+}
+
 fn raw(fd: &OwnedFd) -> i32 {
     use std::os::fd::AsRawFd;
     fd.as_raw_fd()
@@ -991,5 +1045,53 @@ fn reap_all(inner: &Inner) {
             }
             _ => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `/proc/PID/stat` line with the given state, flags and pending signals.
+    fn stat(comm: &str, state: char, flags: u64, pending: u64) -> Vec<u8> {
+        let mut f: Vec<String> = vec![state.to_string(), "1".into(), "7".into(), "7".into(), "0".into(), "-1".into()];
+        f.push(flags.to_string());
+        f.extend((10..31).map(|i| i.to_string()));
+        f.push(pending.to_string());
+        f.extend((32..53).map(|_| "0".to_string()));
+        format!("7 ({comm}) {}\n", f.join(" ")).into_bytes()
+    }
+
+    #[test]
+    fn a_waiting_spare_is_fit_and_a_killed_or_exiting_one_is_not() {
+        assert!(!stat_doomed(&stat("glovebox-agent", 'S', 0x40_0100, 0)));
+        assert!(!stat_doomed(&stat("glovebox-agent", 'R', 0x40_0100, 1 << (libc::SIGTERM - 1))));
+        assert!(stat_doomed(&stat("glovebox-agent", 'S', 0x40_0100, 1 << (libc::SIGKILL - 1))));
+        assert!(stat_doomed(&stat("glovebox-agent", 'R', 0x40_0104, 0)));
+        assert!(stat_doomed(&stat("glovebox-agent", 'Z', 0x40_0100, 0)));
+        assert!(stat_doomed(&stat("glovebox-agent", 'X', 0, 0)));
+        // A name made to look like other fields changes nothing.
+        assert!(!stat_doomed(&stat("a) Z 1 1 1 0 -1 4 (b", 'S', 0, 0)));
+        assert!(stat_doomed(b"7 (truncated) S 1 7"));
+        assert!(stat_doomed(b"garbage"));
+    }
+
+    #[test]
+    fn live_processes_are_read_from_proc() {
+        let open = |pid: u32| OwnedFd::from(std::fs::File::open(format!("/proc/{pid}/stat")).unwrap());
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let stat = open(child.id());
+        assert!(
+            !doomed(&stat),
+            "{}",
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{}/stat", child.id())).unwrap())
+        );
+        assert!(!doomed(&stat), "a second read sees the same");
+        child.kill().unwrap();
+        // Killed and not reaped yet: a zombie, or still exiting, or with its kill pending.
+        assert!(doomed(&stat));
+        child.wait().unwrap();
+        assert!(doomed(&stat), "a reaped process is gone");
+        assert!(!doomed(&open(std::process::id())));
     }
 }

@@ -581,6 +581,47 @@ fn commands_that_kill_the_zygote_and_the_spares_do_not_break_later_commands() {
     d.shutdown_and_check_leaks();
 }
 
+/// A spare killed by a command may not have died yet when the next command arrives (here it
+/// is made slow to die on purpose: lowest priority, on a CPU a second command keeps busy). The
+/// next command must not be handed to it and lost with it.
+#[test]
+fn a_command_is_never_handed_to_a_spare_that_was_killed_but_has_not_died_yet() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "cpus": 2.0 } })));
+    let helpers = "ps -eo pid=,args= | awk '$1 != 1 && $2 == \"glovebox-agent\" { print $1 }'";
+    let up = common::poll(Duration::from_secs(5), Duration::from_millis(50), || {
+        (d.sh_ok(&id, &format!("{helpers} | wc -l")).trim() != "0").then_some(())
+    });
+    assert!(up.is_some(), "no spares: {}", d.sh_ok(&id, "ps -eo pid,args"));
+    let (st, v) = d.post(
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({ "cmd": ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"], "background": true, "timeout_ms": 60_000 }),
+    );
+    assert_eq!(st, 202, "{v}");
+    let mut slow = 0;
+    for round in 0..10 {
+        // Every helper to CPU 0 at SCHED_IDLE, then killed: it dies when the busy loop lets it.
+        let killed = d.sh(
+            &id,
+            &format!("for p in $({helpers}); do taskset -pc 0 $p >/dev/null && chrt -i -p 0 $p && kill -9 $p && echo $p; done"),
+        );
+        assert_eq!(killed["exit_code"], 0, "round {round}: {killed}");
+        let victims: Vec<String> = killed["stdout"].as_str().unwrap().split_whitespace().map(String::from).collect();
+        let r = d.sh(
+            &id,
+            &format!("echo after-{round}; for p in {}; do [ -e /proc/$p ] && echo slow; done; true", victims.join(" ")),
+        );
+        assert_eq!(r["exit_code"], 0, "round {round} (killed {victims:?}): {r}");
+        let out = r["stdout"].as_str().unwrap();
+        assert!(out.starts_with(&format!("after-{round}\n")), "round {round}: {r}");
+        slow += out.matches("slow").count();
+    }
+    // The set-up did what it is for: killed spares outlived the next command's start.
+    assert!(slow > 0, "no killed spare was still there when the next command ran");
+    d.shutdown_and_check_leaks();
+}
+
 fn cpu_usage_usec(id: &str) -> u64 {
     for dir in common::cgroup_dirs(id) {
         if let Ok(ns) = fs::read_to_string(dir.join("cpuacct.usage")) {
