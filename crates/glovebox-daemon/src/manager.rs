@@ -1367,7 +1367,7 @@ impl Manager {
         sb.dns_stop.notify_waiters();
         // The kill is waited for: when this returns, nothing of the sandbox runs any more.
         let sb2 = sb.clone();
-        let reaped = match tokio::task::spawn_blocking(move || kill(sb2.pidfd.as_ref())).await {
+        let gone = match tokio::task::spawn_blocking(move || kill(sb2.pidfd.as_ref())).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(sandbox = %id, "kill task: {e}");
@@ -1375,14 +1375,14 @@ impl Manager {
             }
         };
         // What is left is bookkeeping of dead processes (cgroups, the run directory, the
-        // veth, the uid slot): released after the answer, off the request's path.
+        // veth, the uid slot): released after the answer, off the request's path. Unless
+        // PID 1 was not seen gone (no pidfd, or it outlived the 5 s wait): then the release's
+        // cgroup kill is what ends the rest, and it is waited for.
         let linked = lock(&sb.network).1;
         let net = self.net.clone();
         let id = id.to_string();
-        let mut releases = lock(&self.releases);
-        while releases.try_join_next().is_some() {}
-        releases.spawn_blocking(move || {
-            let r = release(&sb.id, &*sb.cgroup, &sb.dir, reaped);
+        let work = move || {
+            let r = release(&sb.id, &*sb.cgroup, &sb.dir, gone);
             if linked {
                 net.detach(sb._slot.index);
             }
@@ -1392,7 +1392,16 @@ impl Manager {
             }
             // Dropping the last handle frees the uid slot.
             drop(sb);
-        });
+        };
+        if !gone {
+            if let Err(e) = tokio::task::spawn_blocking(work).await {
+                tracing::error!("teardown task: {e}");
+            }
+            return true;
+        }
+        let mut releases = lock(&self.releases);
+        while releases.try_join_next().is_some() {}
+        releases.spawn_blocking(work);
         true
     }
 
@@ -1495,16 +1504,17 @@ pub fn disk_bytes(l: &Limits) -> u64 {
 
 /// Tears down a warm sandbox nobody got.
 fn discard(b: Booted) {
-    let reaped = kill(b.pidfd.as_ref());
-    if let Err(e) = release(&b.id, &*b.cgroup, &b.dir, reaped) {
+    let gone = kill(b.pidfd.as_ref());
+    if let Err(e) = release(&b.id, &*b.cgroup, &b.dir, gone) {
         tracing::error!(sandbox = %b.id, "teardown: {e}");
     }
 }
 
 /// Kills a sandbox and waits until it is gone. Killing PID 1 of its pid namespace makes the
 /// kernel kill every other process in it, and PID 1's exit completes only once they are all
-/// gone, so reaping it is the proof. Returns whether it was reaped (false: not our child,
-/// e.g. adopted after a restart, or no pidfd; [`release`] then kills through the cgroup).
+/// gone, so its exit is the proof: reaped when it is our child, its pidfd readable when it is
+/// not (adopted after a restart). Returns whether it was seen gone (false: no pidfd, or still
+/// there after 5 s; [`release`] then kills through the cgroup).
 fn kill(pidfd: Option<&std::os::fd::OwnedFd>) -> bool {
     use rustix::process::{pidfd_send_signal, waitid, Signal, WaitId, WaitIdOptions};
     let Some(fd) = pidfd else { return false };
@@ -1517,17 +1527,17 @@ fn kill(pidfd: Option<&std::os::fd::OwnedFd>) -> bool {
     while pidfd_alive(Some(fd)) && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    false
+    !pidfd_alive(Some(fd))
 }
 
 /// Removes what a killed sandbox leaves: its cgroups (killing through them whatever is
 /// still there, the fallback for anything odd) and its run directory.
-fn release(id: &str, cgroup: &dyn Cgroup, dir: &Path, reaped: bool) -> std::result::Result<(), String> {
+fn release(id: &str, cgroup: &dyn Cgroup, dir: &Path, gone: bool) -> std::result::Result<(), String> {
     let destroyed = match cgroup.destroy() {
         Ok(()) => Ok(()),
         Err(_) => {
-            if !reaped {
-                tracing::debug!(sandbox = %id, "agent not reaped; killing the cgroup");
+            if !gone {
+                tracing::debug!(sandbox = %id, "agent not seen gone; killing the cgroup");
             }
             // Processes of a killed pid namespace take a moment to leave their cgroups.
             let mut last = Err(String::new());

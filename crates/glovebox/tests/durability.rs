@@ -153,6 +153,9 @@ fn sigkilled_daemon_restarts_and_readopts_every_intact_sandbox() {
     // Killing the adopted sandbox: its commands' records outlive it.
     let (st, _) = d.delete(&format!("/v1/sandboxes/{a}"));
     assert_eq!(st, 204);
+    // PID 1 is not the restarted daemon's child, yet the answer still means it is all gone.
+    let left = processes_of(&a);
+    assert!(left.is_empty(), "processes of the adopted sandbox right after its 204: {left:?}");
     let (st, r) = command(&d, &a, finisher);
     assert_eq!((st, r["stdout"].as_str()), (200, Some("finished-while-down\n")), "{r}");
     let (st, r) = command(&d, &a, sleeper);
