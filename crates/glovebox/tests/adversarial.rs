@@ -599,12 +599,20 @@ fn a_command_is_never_handed_to_a_spare_that_was_killed_but_has_not_died_yet() {
         &json!({ "cmd": ["taskset", "-c", "0", "sh", "-c", "while :; do :; done"], "background": true, "timeout_ms": 60_000 }),
     );
     assert_eq!(st, 202, "{v}");
-    let mut slow = 0;
-    for round in 0..10 {
-        // Every helper to CPU 0 at SCHED_IDLE, then killed: it dies when the busy loop lets it.
+    // Rounds until killed spares were seen still there at the next command's start three
+    // times (most rounds; the busy loop only delays them, by a slice or so).
+    let (mut slow, mut rounds) = (0, 0);
+    while slow < 3 && rounds < 40 {
+        let round = rounds;
+        rounds += 1;
+        // Every helper to CPU 0 at SCHED_IDLE (best effort: one may be exiting or starting
+        // and refuse), then killed: it dies when the busy loop lets it run.
         let killed = d.sh(
             &id,
-            &format!("for p in $({helpers}); do taskset -pc 0 $p >/dev/null && chrt -i -p 0 $p && kill -9 $p && echo $p; done"),
+            &format!(
+                "for p in $({helpers}); do taskset -pc 0 $p >/dev/null 2>&1; chrt -i -p 0 $p 2>/dev/null; \
+                 kill -9 $p 2>/dev/null && echo $p; done; true"
+            ),
         );
         assert_eq!(killed["exit_code"], 0, "round {round}: {killed}");
         let victims: Vec<String> = killed["stdout"].as_str().unwrap().split_whitespace().map(String::from).collect();
@@ -615,10 +623,11 @@ fn a_command_is_never_handed_to_a_spare_that_was_killed_but_has_not_died_yet() {
         assert_eq!(r["exit_code"], 0, "round {round} (killed {victims:?}): {r}");
         let out = r["stdout"].as_str().unwrap();
         assert!(out.starts_with(&format!("after-{round}\n")), "round {round}: {r}");
-        slow += out.matches("slow").count();
+        slow += usize::from(out.contains("slow"));
     }
+    eprintln!("== killed spares still there at the next command: {slow} of {rounds} rounds");
     // The set-up did what it is for: killed spares outlived the next command's start.
-    assert!(slow > 0, "no killed spare was still there when the next command ran");
+    assert!(slow > 0, "no killed spare was still there when the next command ran, in {rounds} rounds");
     d.shutdown_and_check_leaks();
 }
 
