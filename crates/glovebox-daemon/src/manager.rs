@@ -848,10 +848,17 @@ impl Manager {
                 let this = self.clone();
                 let l = limits.clone();
                 let t = tpl.clone();
-                let b =
-                    tokio::task::spawn_blocking(move || this.boot(&random_token(16), &l, &t, upper.as_deref(), false))
-                        .await
-                        .map_err(|e| Error::Internal(format!("create task: {e}")))??;
+                // A caller that goes away meanwhile (a client hanging up drops the request's
+                // future) is not there to take the sandbox: the boot's end tears it down.
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                tokio::task::spawn_blocking(move || {
+                    let b = this.boot(&random_token(16), &l, &t, upper.as_deref(), false);
+                    if let Err(Ok(b)) = tx.send(b) {
+                        tracing::info!(sandbox = %b.id, "the caller went away during the boot: discarding the sandbox");
+                        discard(b);
+                    }
+                });
+                let b = rx.await.map_err(|_| Error::Internal("create task ended without a sandbox".into()))??;
                 (b, false)
             }
         };
@@ -909,6 +916,8 @@ impl Manager {
             tracing::error!(sandbox = %sb.id, "store sandbox: {e}");
         }
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
+        // From here the sandbox is listed; a caller gone before the answer has it destroyed.
+        let mut unanswered = Unanswered { manager: self.clone(), id: Some(sb.id.clone()) };
         self.events.record(&sb.id, api::EventKind::Created, None, None);
         self.watch(sb.clone());
         if policy.needs_link() {
@@ -917,6 +926,7 @@ impl Manager {
                 Err(e) => Err(e),
             };
             if let Err(e) = r {
+                unanswered.id = None;
                 self.destroy(&sb.id, EndReason::Error).await;
                 return Err(e);
             }
@@ -934,6 +944,7 @@ impl Manager {
             crate::templates::start_cmd(self, &sb, cmd).await;
         }
         tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
+        unanswered.id = None;
         Ok(sb)
     }
 
@@ -1500,6 +1511,27 @@ pub fn disk_bytes(l: &Limits) -> u64 {
     let mem = l.memory_mb << 20;
     let room = mem.saturating_sub(shm_bytes(l) + (mem / 8).max(8 << 20));
     (l.disk_mb << 20).min(room).max(4 << 20)
+}
+
+/// A listed sandbox whose create is not answered yet: dropped while `id` is set (the caller
+/// went away mid-create), it has the sandbox destroyed.
+struct Unanswered {
+    manager: Arc<Manager>,
+    id: Option<String>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        // Without a runtime (it is being dropped) the restart's reconciliation cleans up.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let m = self.manager.clone();
+        rt.spawn(async move {
+            tracing::info!(sandbox = %id, "the caller went away before the create was answered: destroying it");
+            m.destroy_because(&id, EndReason::Killed, Some("the client went away before the create was answered"))
+                .await;
+        });
+    }
 }
 
 /// Runs blocking `f` on this thread, the runtime handing this worker's other tasks to another

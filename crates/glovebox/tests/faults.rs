@@ -529,3 +529,79 @@ fn a_template_deleted_under_a_running_sandbox() {
 fn summary(r: &Value) -> String {
     format!("exit {} stdout {:?} stderr {:?}", r["exit_code"], r["stdout"], r["stderr"])
 }
+
+/// A client that hangs up before its create is answered (hyper then drops the request's
+/// future) leaves nothing running: a sandbox still booting is discarded when the boot ends, one
+/// already listed is destroyed and its events say why.
+#[test]
+fn clients_hanging_up_mid_create_leave_no_sandbox_running() {
+    require_root!();
+    let _g = serial();
+    let d = Daemon::start();
+    // This binary's tests run one at a time: a sandbox that is not in `before` is this daemon's.
+    let before: BTreeSet<String> = common::processes_by_sandbox().into_keys().collect();
+    let addr = d.url.trim_start_matches("http://").to_string();
+    for i in 0..12u64 {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        let head = format!(
+            "POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}",
+            d.key
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        // 0 to 2.5 ms: the boot is under way when the connection goes.
+        std::thread::sleep(Duration::from_micros(500 * (i % 6)));
+        drop(s);
+    }
+    // Settled: no create under way (a sandbox running but not listed is one still booting,
+    // or, before the fix, one leaked for good). A create answered just before the hang-up
+    // is a sandbox like any other (its client crashed after the answer): listed, it stays.
+    // A boot takes milliseconds; one second on, every create has ended one way or the other.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut last = (BTreeSet::new(), BTreeSet::new());
+    let settled = common::poll(Duration::from_secs(15), Duration::from_millis(100), || {
+        let (_, v) = d.get("/v1/sandboxes");
+        let listed: BTreeSet<String> = v["sandboxes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["id"].as_str().map(String::from))
+            .collect();
+        let running: BTreeSet<String> =
+            common::processes_by_sandbox().into_keys().filter(|k| !before.contains(k)).collect();
+        let done = running == listed;
+        last = (listed, running);
+        done.then_some(())
+    });
+    assert!(settled.is_some(), "listed {:?} but running {:?}\n{}", last.0, last.1, d.log());
+    // The premise: some creates were cut off (during the boot: the sandbox is discarded
+    // unlisted; after it: destroyed, its events saying why).
+    let log = d.log();
+    let in_boot = log.matches("went away during the boot").count();
+    let after = log.matches("went away before the create was answered").count();
+    assert!(in_boot + after > 0, "no create was cut off by its client hanging up:\n{log}");
+    let (st, v) = d.get("/v1/events");
+    assert_eq!(st, 200, "{v}");
+    let events = v["events"].as_array().unwrap();
+    let created: BTreeSet<&str> =
+        events.iter().filter(|e| e["type"] == "created").filter_map(|e| e["sandbox_id"].as_str()).collect();
+    let undone: BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["reason"] == "killed" && e["detail"].as_str().is_some_and(|s| s.contains("went away")))
+        .filter_map(|e| e["sandbox_id"].as_str())
+        .collect();
+    assert_eq!(undone.len(), after, "{v}");
+    // Every sandbox made and listed is either undone or still listed (answered).
+    for id in &created {
+        assert!(undone.contains(id) || last.0.contains(*id), "sandbox {id} neither destroyed nor listed: {v}");
+        d.register(id);
+    }
+    // The discarded ones' directories, cgroups and slots are checked at the end too.
+    for line in log.lines().filter(|l| l.contains("went away during the boot")) {
+        if let Some(id) = line.split("sandbox=").nth(1).and_then(|r| r.split_whitespace().next()) {
+            d.register(id);
+        }
+    }
+    eprintln!("== creates cut off: {in_boot} during the boot, {after} after it; {} answered", last.0.len());
+    d.shutdown_and_check_leaks();
+}
