@@ -1378,7 +1378,7 @@ impl Manager {
         sb.dns_stop.notify_waiters();
         // The kill is waited for: when this returns, nothing of the sandbox runs any more.
         let sb2 = sb.clone();
-        let gone = match blocking(move || kill(sb2.pidfd.as_ref())).await {
+        let gone = match tokio::task::spawn_blocking(move || kill(sb2.pidfd.as_ref())).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(sandbox = %id, "kill task: {e}");
@@ -1531,22 +1531,6 @@ impl Drop for Unanswered {
             m.destroy_because(&id, EndReason::Killed, Some("the client went away before the create was answered"))
                 .await;
         });
-    }
-}
-
-/// Runs blocking `f` on this thread, the runtime handing this worker's other tasks to another
-/// (multi-threaded runtime; elsewhere on the blocking pool). For a destroy's kill, which sleeps
-/// until PID 1 is reaped: on the pool, the reap wakes a pool thread which wakes a worker (two
-/// wake-ups, 25–80 µs each on an idle 2-vCPU guest); here it wakes this thread. Measured A/B:
-/// destroy 2.06 → 1.76 ms. Not for the create's boot: there it cost 0.2 ms (create) and 0.15 ms
-/// (the next exec), the moved worker's tasks competing with the boot's own processes.
-/// A panic in `f` is an error, as it is from the pool.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> std::result::Result<T, String> {
-    if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
-        tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
-            .map_err(|_| "panicked".to_string())
-    } else {
-        tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())
     }
 }
 
