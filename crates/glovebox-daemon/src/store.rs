@@ -227,8 +227,21 @@ fn start_checkpointer(path: &Path) -> std::io::Result<std::sync::mpsc::Sender<()
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::Builder::new().name("store-checkpoint".into()).spawn(move || {
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(CHECKPOINT_EVERY) {
-            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                tracing::warn!("store: checkpoint: {e}");
+            // (busy, frames in the log, frames copied into the file)
+            let ran = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+            match ran {
+                // The log restarts from its beginning at the first write after a checkpoint
+                // that copied all of it; under writes without a pause, every passive one is
+                // overtaken and the log (and its index, mapped in every connection) only
+                // grows. Past the bound, one checkpoint waits for the writer to let it finish:
+                // most frames are copied already, so the wait is short and rare.
+                Ok(frames) if frames > CHECKPOINT_RESTART_FRAMES => {
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
+                        tracing::warn!("store: checkpoint (restart): {e}");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("store: checkpoint: {e}"),
             }
         }
     })?;
@@ -243,6 +256,9 @@ pub struct Store {
 
 /// How often the checkpointer copies the write-ahead log into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// Log frames (pages) past which the checkpointer makes the log start over (see
+/// `start_checkpointer`): 4,000 pages, 16 MiB.
+const CHECKPOINT_RESTART_FRAMES: i64 = 4000;
 
 impl Store {
     /// Opens (creating if needed) `<data_dir>/glovebox.db` and brings its schema up to date.
@@ -716,6 +732,32 @@ mod tests {
         };
         assert!(grown > before + 1_000_000, "database file {before} -> {grown} bytes: never checkpointed");
         assert_eq!(s.events(None, 0, 1000).unwrap().len(), 400);
+    }
+
+    #[test]
+    fn under_writes_without_a_pause_the_log_still_starts_over() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open(t.path()).unwrap();
+        let wal = t.path().join("glovebox.db-wal");
+        let detail = "x".repeat(2000);
+        let (mut max, mut restarted) = (0u64, false);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut i = 0u64;
+        // Every passive checkpoint is overtaken by these writes; only the restart past
+        // CHECKPOINT_RESTART_FRAMES lets the log start over (cut back to journal_size_limit).
+        while !restarted && std::time::Instant::now() < deadline {
+            s.add_event(&format!("sb{i}"), "created", None, Some(&detail)).unwrap();
+            i += 1;
+            // Paced (up to a thousand commits a second, as a busy daemon's): the log stays
+            // within tens of MiB.
+            std::thread::sleep(Duration::from_millis(1));
+            if i % 20 == 0 {
+                let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+                max = max.max(len);
+                restarted = len + (4 << 20) < max;
+            }
+        }
+        assert!(restarted, "the log grew to {max} bytes over {i} writes and never started over");
     }
 
     #[test]
