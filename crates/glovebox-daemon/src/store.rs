@@ -751,7 +751,7 @@ mod tests {
             // Paced (up to a thousand commits a second, as a busy daemon's): the log stays
             // within tens of MiB.
             std::thread::sleep(Duration::from_millis(1));
-            if i % 20 == 0 {
+            if i.is_multiple_of(20) {
                 let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
                 max = max.max(len);
                 restarted = len + (4 << 20) < max;
