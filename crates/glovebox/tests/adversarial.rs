@@ -669,7 +669,11 @@ fn resource_abuse_leaves_the_host_and_the_daemon_responsive() {
     let (fork_r, mem_r, inode_r, (cpu_r, cpu_used, cpu_wall), (shm_r, flood_r)) = std::thread::scope(|s| {
         let hs = [
             s.spawn(|| {
-                json!([d.exec(&fork, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; exec sleep 30"], "timeout_ms": 6000 }))])
+                // The bomb starts in a subshell: its first processes may already fill the
+                // pids limit before the shell that started it forks again, and a shell that
+                // cannot fork gives up (exit 2); the command's own shell must live on, in
+                // `sleep`, until the timeout ends it.
+                json!([d.exec(&fork, json!({ "cmd": ["sh", "-c", "b() { b | b & }; (b); exec sleep 30"], "timeout_ms": 6000 }))])
             }),
             s.spawn(|| {
                 json!([d.exec(
