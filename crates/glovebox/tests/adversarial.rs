@@ -547,6 +547,11 @@ for p in kids:
 
 /// The host-side CPU usage counter of sandbox `id`, in microseconds (v1 `cpuacct.usage`, ns;
 /// v2 `cpu.stat` `usage_usec`).
+/// Lists, inside a sandbox, every agent process but PID 1: the zygote and its spares (forked,
+/// so they keep the agent's command line), or a restarted zygote and the spares forked
+/// without one.
+const AGENT_HELPERS: &str = "ps -eo pid=,args= | awk '$1 != 1 && $2 == \"glovebox-agent\" { print $1 }'";
+
 /// A command killing the agent's zygote and spares (same uid as it) only costs the next
 /// commands their head start: the agent starts another zygote, and once a command has killed
 /// too many of them, forks the spares itself. Every command still runs and answers.
@@ -555,9 +560,7 @@ fn commands_that_kill_the_zygote_and_the_spares_do_not_break_later_commands() {
     require_root!();
     let d = Daemon::start();
     let id = d.create(sandbox_body(json!({})));
-    // Every agent process but PID 1: the zygote and its spares (forked, so they keep the
-    // agent's command line), or a restarted zygote and the spares forked without one.
-    let helpers = "ps -eo pid=,args= | awk '$1 != 1 && $2 == \"glovebox-agent\" { print $1 }'";
+    let helpers = AGENT_HELPERS;
     let count = |d: &Daemon| d.sh_ok(&id, &format!("{helpers} | wc -l")).trim().parse::<u32>().unwrap();
     // The zygote and its spares (the one running the count is a spare no more).
     let up = common::poll(Duration::from_secs(5), Duration::from_millis(50), || (count(&d) >= 2).then_some(()));
@@ -589,7 +592,7 @@ fn a_command_is_never_handed_to_a_spare_that_was_killed_but_has_not_died_yet() {
     require_root!();
     let d = Daemon::start();
     let id = d.create(sandbox_body(json!({ "resources": { "cpus": 2.0 } })));
-    let helpers = "ps -eo pid=,args= | awk '$1 != 1 && $2 == \"glovebox-agent\" { print $1 }'";
+    let helpers = AGENT_HELPERS;
     let up = common::poll(Duration::from_secs(5), Duration::from_millis(50), || {
         (d.sh_ok(&id, &format!("{helpers} | wc -l")).trim() != "0").then_some(())
     });
