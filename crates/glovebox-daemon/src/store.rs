@@ -217,7 +217,8 @@ pub struct CommandRecord {
 /// SQLite's automatic checkpoint runs inside the commit that fills the log past 1,000 pages and
 /// syncs the database file there: one create or destroy in a few hundred then took 20–30 ms
 /// instead of a fraction of one. A passive checkpoint on another connection never blocks the
-/// writer; the log grows meanwhile, by a few hundred KiB a second at the busiest.
+/// writer; past `CHECKPOINT_RESTART_FRAMES` one restart checkpoint (which waits for the writer)
+/// makes the log start over, so it stays bounded under writes without a pause.
 fn start_checkpointer(path: &Path) -> std::io::Result<std::sync::mpsc::Sender<()>> {
     let conn = Connection::open(path).map_err(std::io::Error::other)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(std::io::Error::other)?;
