@@ -152,6 +152,8 @@ impl NetnsPool {
 
 pub struct Manager {
     pub(crate) cfg: Config,
+    /// Starts jailers (through a fork server, see `glovebox_jail::launch::Launcher`).
+    launcher: glovebox_jail::launch::Launcher,
     pub(crate) cgroups: Box<dyn CgroupDriver>,
     pub(crate) slots: Slots,
     skel: PathBuf,
@@ -437,8 +439,14 @@ impl Manager {
         // Orphans reparent to us, so the agents we start stay our children to reap.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         let templates = crate::templates::Templates::open(&cfg.data_dir, &cfg.run_dir)?;
+        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
+        let launcher = glovebox_jail::launch::Launcher::new(&cfg.agent_exe);
+        if launcher.server_pid().is_none() {
+            tracing::warn!("jailer fork server did not start; each sandbox's jailer is spawned instead");
+        }
         let m = Arc::new(Manager {
             templates,
+            launcher,
             cgroups,
             slots,
             skel,
@@ -1161,9 +1169,9 @@ impl Manager {
             }),
         };
         let log = fs::File::create(dir.join("agent.log"));
-        let launched = log.map_err(|e| Error::Internal(format!("agent log: {e}"))).and_then(|log| {
-            glovebox_jail::launch::launch(&self.cfg.agent_exe, &jc, log).map_err(|e| Error::Start(e.to_string()))
-        });
+        let launched = log
+            .map_err(|e| Error::Internal(format!("agent log: {e}")))
+            .and_then(|log| self.launcher.launch(&jc, log).map_err(|e| Error::Start(e.to_string())));
         // The jailer joined it before reporting ready (or failed): ours can go.
         drop(netns);
         let pid = match launched {

@@ -330,3 +330,220 @@ pub fn trim_heap() {
         libc::malloc_trim(0);
     }
 }
+
+/// A connected pair of `SOCK_SEQPACKET` unix sockets (message boundaries kept), both ends
+/// CLOEXEC.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` is a valid out-array of two ints.
+    check(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    // SAFETY: the kernel returned two fresh fds that we now own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The socket type (`SOCK_STREAM`, `SOCK_SEQPACKET`, …) of `fd`, or None if it is no socket.
+pub fn socket_type(fd: RawFd) -> Option<libc::c_int> {
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `ty` and `len` are valid out-pointers of the sizes given.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut ty as *mut libc::c_int).cast(), &mut len)
+    };
+    (r == 0).then_some(ty)
+}
+
+/// Most fds one message carries (a jail request carries two).
+pub const MAX_PASSED_FDS: usize = 4;
+
+/// sendmsg(2) of one message with `fds` attached (SCM_RIGHTS); never raises SIGPIPE.
+pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if fds.len() > MAX_PASSED_FDS {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds for one message"));
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let payload = std::mem::size_of_val(raw.as_slice()) as u32;
+    // u64 elements keep the control buffer aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: an all-zero msghdr is valid (no name, no control); fields are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !raw.is_empty() {
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer (64 bytes) holds CMSG_SPACE of up to MAX_PASSED_FDS
+        // ints, so the first header and its data lie inside it; CMSG_FIRSTHDR is non-null
+        // because msg_controllen >= sizeof(cmsghdr).
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
+            std::ptr::copy_nonoverlapping(raw.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), raw.len());
+        }
+    }
+    loop {
+        // SAFETY: `msg` points at `iov` and `control`, which outlive the call; `data` is
+        // only read.
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return if r as usize == data.len() {
+                Ok(())
+            } else {
+                Err(io::Error::new(io::ErrorKind::WriteZero, "message sent in part"))
+            };
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// One received message: its length, whether it was cut to fit `buf`, and the fds that came
+/// with it (CLOEXEC).
+pub struct Received {
+    pub len: usize,
+    pub truncated: bool,
+    pub fds: Vec<OwnedFd>,
+}
+
+/// recvmsg(2) of one message into `buf`, taking ownership of any fds attached to it.
+/// `len == 0` with no fds means the peer closed its end.
+pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<Received> {
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: an all-zero msghdr is valid; fields are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `msg` points at `iov` (over `buf`) and `control`, both valid and writable for
+    // the duration of the call.
+    let r = check_long(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) } as libc::c_long)?;
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `control` up to msg_controllen; CMSG_FIRSTHDR/NXTHDR only
+    // return headers inside it, and each SCM_RIGHTS header's data holds
+    // (cmsg_len - CMSG_LEN(0)) / sizeof(int) fds that are now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..n {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Received { len: r as usize, truncated: msg.msg_flags & libc::MSG_TRUNC != 0, fds })
+}
+
+/// poll(2) for input on one fd; Ok(false) on timeout.
+pub fn poll_in(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the duration of the call.
+    check(unsafe { libc::poll(&mut p, 1, timeout_ms) }).map(|n| n > 0)
+}
+
+/// Puts every signal a process may handle back to its default action and unblocks them all:
+/// a process inherits ignored signals and its signal mask across fork and exec, so without
+/// this a sandbox would start with whatever the daemon's own parent left (a shell's `&`
+/// ignores SIGQUIT, a service manager may ignore others). glibc's two internal signals (32,
+/// 33: thread cancellation, set*id across threads), which its `sigaction` refuses, are reset
+/// by the raw syscall only when ignored: a handler glibc installed there stays.
+pub fn default_signals() -> io::Result<()> {
+    for sig in [32, 33] {
+        unignore_raw(sig)?;
+    }
+    let sigs =
+        (1..32).chain(libc::SIGRTMIN()..=libc::SIGRTMAX()).filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s));
+    for sig in sigs {
+        // SAFETY: SIG_DFL installs no handler; the sigaction is fully initialized (empty
+        // mask, no flags) and only read by the call.
+        let r = unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaction(sig, &act, std::ptr::null_mut())
+        };
+        check(r)?;
+    }
+    // SAFETY: an emptied set, only read by the call.
+    let r = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut())
+    };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
+/// The kernel's `struct sigaction` for rt_sigaction(2) on x86-64.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Sets `sig` back to SIG_DFL if it is ignored, through rt_sigaction(2) itself.
+fn unignore_raw(sig: libc::c_int) -> io::Result<()> {
+    let mut old = KernelSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: a null new action only reads the current one into `old`, whose layout and
+    // size (8-byte mask) are the kernel's.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            std::ptr::null::<KernelSigaction>(),
+            &mut old as *mut KernelSigaction,
+            8usize,
+        )
+    })?;
+    if old.handler != libc::SIG_IGN {
+        return Ok(());
+    }
+    let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: SIG_DFL needs no handler or restorer; the struct is only read.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            &dfl as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            8usize,
+        )
+    })
+    .map(drop)
+}
+
+/// Ignores SIGPIPE (a write to a closed pipe then fails with EPIPE instead of killing the
+/// writer), as Rust's runtime sets it up at the start of every program.
+pub fn ignore_sigpipe() -> io::Result<()> {
+    // SAFETY: SIG_IGN installs no handler.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// poll(2) over `fds`; returns how many have events (0 on timeout).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfds for the call.
+    check(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) }).map(|n| n as usize)
+}
+
+pub fn getppid() -> libc::pid_t {
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() }
+}

@@ -605,3 +605,58 @@ fn clients_hanging_up_mid_create_leave_no_sandbox_running() {
     eprintln!("== creates cut off: {in_boot} during the boot, {after} after it; {} answered", last.0.len());
     d.shutdown_and_check_leaks();
 }
+
+/// The daemon's jailer fork server: its child running the agent binary outside any sandbox.
+fn fork_server(daemon: u32) -> Option<u32> {
+    let servers: Vec<u32> = common::processes()
+        .into_iter()
+        .filter(|p| p.ppid == daemon && p.comm == "glovebox-agent")
+        .filter(|p| !fs::read_to_string(format!("/proc/{}/cgroup", p.pid)).unwrap_or_default().contains("/glovebox/"))
+        .map(|p| p.pid)
+        .collect();
+    assert!(servers.len() <= 1, "one fork server per daemon: {servers:?}");
+    servers.first().copied()
+}
+
+/// Live (not zombie) children of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    common::processes().into_iter().filter(|p| p.ppid == pid).map(|p| p.pid).collect()
+}
+
+#[test]
+fn a_killed_jailer_fork_server_is_replaced_and_takes_its_waiting_jailers_with_it() {
+    require_root!();
+    let _g = serial();
+    let d = Daemon::start();
+    let first = common::poll(Duration::from_secs(5), Duration::from_millis(20), || fork_server(d.pid()))
+        .expect("the daemon runs a fork server");
+    let waiting = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        let c = children(first);
+        (c.len() == 2).then_some(c)
+    })
+    .unwrap_or_else(|| panic!("two jailers wait for requests: {:?}", children(first)));
+    let id = d.create(sandbox_body(json!({})));
+    assert_eq!(d.sh_ok(&id, "echo one"), "one\n");
+
+    kill9(first);
+    // Its waiting children die with it (they would otherwise take requests nobody replaces).
+    let gone = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        waiting.iter().all(|p| !common::processes().iter().any(|q| q.pid == *p)).then_some(())
+    });
+    assert!(gone.is_some(), "waiting jailers {waiting:?} outlived their server");
+    // The next create gets a new server; the sandbox made before is unaffected.
+    let t = Instant::now();
+    let id2 = d.create(sandbox_body(json!({})));
+    assert!(t.elapsed() < Duration::from_secs(5), "create after the server died took {:?}", t.elapsed());
+    assert_eq!(d.sh_ok(&id2, "echo two"), "two\n");
+    assert_eq!(d.sh_ok(&id, "echo one"), "one\n");
+    let second = fork_server(d.pid()).expect("a new fork server");
+    assert_ne!(second, first);
+    let pid = d.pid();
+    d.shutdown_and_check_leaks();
+    // With the daemon gone, so are the server and its waiting jailers.
+    let after = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        common::processes().iter().all(|p| p.pid != second && p.ppid != second && p.ppid != pid).then_some(())
+    });
+    assert!(after.is_some(), "the fork server {second} or its children outlived the daemon");
+}

@@ -102,6 +102,25 @@ for name, args in calls.items():
 }
 
 #[test]
+fn commands_start_with_default_signal_handling_whatever_the_daemon_inherited() {
+    require_root!();
+    let d = Daemon::start_ignoring_int_and_quit();
+    // The premise: the daemon runs with SIGQUIT ignored (SIGINT it catches itself, and a
+    // caught signal is reset at exec, so only ignored ones travel).
+    let host = fs::read_to_string(format!("/proc/{}/status", d.pid())).expect("daemon status");
+    let ignored = u64::from_str_radix(field(&host, "SigIgn:"), 16).expect("hex mask");
+    let quit = 1u64 << (libc::SIGQUIT - 1);
+    assert_eq!(ignored & quit, quit, "the daemon should ignore SIGQUIT: {ignored:x}");
+
+    let id = d.create(sandbox_body(json!({})));
+    let r = d.exec(&id, json!({ "cmd": ["cat", "/proc/self/status"] }));
+    let status = r["stdout"].as_str().unwrap_or_default();
+    assert_eq!(field(status, "SigIgn:"), "0000000000000000", "nothing ignored: {r}");
+    assert_eq!(field(status, "SigBlk:"), "0000000000000000", "nothing blocked: {r}");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
 fn host_files_environment_and_processes_are_invisible() {
     require_root!();
     let d = Daemon::start();

@@ -419,6 +419,7 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 thread_local! {
     static WARM_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static KEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static IGNORING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn warm_pool() -> usize {
@@ -438,6 +439,15 @@ impl Daemon {
         let dir = tempdir("gbtest-data-");
         let logs = tempdir("gbtest-logs-");
         Daemon::spawn(dir, logs, Vec::new(), Vec::new(), BTreeSet::new())
+    }
+
+    /// A daemon started the way a shell starts a background job (`glovebox serve &` in a
+    /// script): with SIGINT and SIGQUIT ignored, which every child inherits.
+    pub fn start_ignoring_int_and_quit() -> Daemon {
+        IGNORING.with(|k| k.set(true));
+        let d = Daemon::start();
+        IGNORING.with(|k| k.set(false));
+        d
     }
 
     /// A daemon as deployed: SIGTERM leaves its sandboxes running for the next start (the
@@ -468,7 +478,15 @@ impl Daemon {
             let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
             let log_path = logs.path().join(format!("daemon-{}-{attempt}.log", old_logs.len()));
             let log = fs::File::create(&log_path).expect("daemon log");
-            let mut child = Command::new(&bin)
+            let mut command = if IGNORING.with(|k| k.get()) {
+                // `exec` keeps the pid: the child is still the daemon itself.
+                let mut c = Command::new("/bin/sh");
+                c.args(["-c", "trap '' INT QUIT; exec \"$0\" \"$@\""]).arg(&bin);
+                c
+            } else {
+                Command::new(&bin)
+            };
+            let mut child = command
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&data_dir)
                 .args(["--api-key", &key])
