@@ -441,8 +441,8 @@ impl Manager {
         let templates = crate::templates::Templates::open(&cfg.data_dir, &cfg.run_dir)?;
         // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
         let launcher = glovebox_jail::launch::Launcher::new(&cfg.agent_exe);
-        if launcher.server_pid().is_none() {
-            tracing::warn!("jailer fork server did not start; each sandbox's jailer is spawned instead");
+        if let Err(why) = launcher.server() {
+            tracing::warn!("jailer fork server: {why}; each sandbox's jailer is spawned instead");
         }
         let m = Arc::new(Manager {
             templates,

@@ -60,7 +60,16 @@ const SERVER_HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Starts jailers through a fork server of its own, falling back to [`launch`].
 pub struct Launcher {
     agent_exe: PathBuf,
-    server: Mutex<Option<ForkServer>>,
+    server: Mutex<Server>,
+}
+
+enum Server {
+    Running(ForkServer),
+    /// Died or was stopped after it had worked: started again at the next launch.
+    Gone,
+    /// Did not start (or did not speak the protocol): never tried again, so that a binary
+    /// that cannot serve costs each create nothing but the direct spawn.
+    Off(String),
 }
 
 struct ForkServer {
@@ -116,17 +125,25 @@ impl ForkServer {
 }
 
 impl Launcher {
-    /// Starts the fork server now (a failure is retried at the first launch).
+    /// Starts the fork server now; if it cannot start, every launch spawns its jailer.
     pub fn new(agent_exe: &Path) -> Launcher {
-        Launcher { agent_exe: agent_exe.to_path_buf(), server: Mutex::new(ForkServer::spawn(agent_exe).ok()) }
+        let server = match ForkServer::spawn(agent_exe) {
+            Ok(s) => Server::Running(s),
+            Err(e) => Server::Off(e.to_string()),
+        };
+        Launcher { agent_exe: agent_exe.to_path_buf(), server: Mutex::new(server) }
     }
 
-    /// The fork server's pid, if one is running.
-    pub fn server_pid(&self) -> Option<u32> {
-        self.lock().as_ref().map(|s| s.child.id())
+    /// The fork server's pid, or why there is none.
+    pub fn server(&self) -> std::result::Result<u32, String> {
+        match &*self.lock() {
+            Server::Running(s) => Ok(s.child.id()),
+            Server::Gone => Err("stopped; started again at the next launch".into()),
+            Server::Off(why) => Err(why.clone()),
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<ForkServer>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Server> {
         self.server.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -146,30 +163,32 @@ impl Launcher {
         parse_status(&text)
     }
 
-    /// Hands one jail to the fork server, restarting it once if it is gone. False when no
-    /// server could take it (the caller spawns the jailer itself).
+    /// Hands one jail to the fork server, restarting it if it is gone. False when no server
+    /// can take it (the caller spawns the jailer itself).
     fn request(&self, body: &[u8], status: &OwnedFd, log: &File) -> bool {
         let mut server = self.lock();
-        for attempt in 0..2 {
+        for _ in 0..2 {
             // A server that died cannot replace the children that wait for requests: a
             // request could wait on the socket for nobody. A new one gets a new socket.
-            if server.as_mut().is_some_and(|s| !matches!(s.child.try_wait(), Ok(None))) {
-                if let Some(old) = server.take() {
-                    old.stop();
-                }
-            }
-            if server.is_none() {
-                *server = ForkServer::spawn(&self.agent_exe).ok();
-            }
-            let Some(s) = server.as_ref() else { return false };
-            match crate::sys::send_with_fds(s.sock.as_fd(), body, &[status.as_fd(), log.as_fd()]) {
-                Ok(()) => return true,
-                Err(_) if attempt == 0 => {
-                    if let Some(old) = server.take() {
+            if let Server::Running(s) = &mut *server {
+                if !matches!(s.child.try_wait(), Ok(None)) {
+                    if let Server::Running(old) = std::mem::replace(&mut *server, Server::Gone) {
                         old.stop();
                     }
                 }
-                Err(_) => {}
+            }
+            if let Server::Gone = &*server {
+                *server = match ForkServer::spawn(&self.agent_exe) {
+                    Ok(s) => Server::Running(s),
+                    Err(e) => Server::Off(e.to_string()),
+                };
+            }
+            let Server::Running(s) = &*server else { return false };
+            if crate::sys::send_with_fds(s.sock.as_fd(), body, &[status.as_fd(), log.as_fd()]).is_ok() {
+                return true;
+            }
+            if let Server::Running(old) = std::mem::replace(&mut *server, Server::Gone) {
+                old.stop();
             }
         }
         false
@@ -178,7 +197,7 @@ impl Launcher {
 
 impl Drop for Launcher {
     fn drop(&mut self) {
-        if let Some(s) = self.lock().take() {
+        if let Server::Running(s) = std::mem::replace(&mut *self.lock(), Server::Gone) {
             s.stop();
         }
     }
@@ -256,5 +275,30 @@ mod tests {
         assert!(parse_status("pid 42\nerror: mount overlay /x: EPERM\nready\n").is_err());
         assert!(parse_status("").is_err());
         assert!(parse_status("pid 1\nready\n").is_err());
+    }
+
+    #[test]
+    fn a_binary_that_exits_is_not_taken_for_a_fork_server() {
+        let l = Launcher::new(Path::new("/bin/true"));
+        let why = l.server().expect_err("true is no fork server");
+        assert!(why.contains("did not start as a fork server"), "{why}");
+        // Off for good: asking again does not start it again.
+        assert_eq!(l.server().unwrap_err(), why);
+    }
+
+    #[test]
+    fn a_silent_binary_is_given_up_on_and_does_not_outlive_the_attempt() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let script = dir.path().join("silent");
+        std::fs::write(&script, format!("#!/bin/sh\necho $$ > {}\nexec sleep 30\n", pidfile.display())).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let t = Instant::now();
+        let l = Launcher::new(&script);
+        assert!(l.server().is_err(), "a silent process is no fork server");
+        assert!(t.elapsed() >= SERVER_HELLO_WAIT, "it was waited for: {:?}", t.elapsed());
+        let pid = std::fs::read_to_string(&pidfile).unwrap();
+        assert!(!Path::new(&format!("/proc/{}", pid.trim())).exists(), "the silent process {pid} was left running");
     }
 }
