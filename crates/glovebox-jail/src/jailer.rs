@@ -126,16 +126,24 @@ pub fn serve_forks() -> Booted {
         sys::exit_now(1);
     }
     let server = sys::getpid();
-    let mut waiting = 0usize;
+    // The waiting children by pid: one that takes a request says so (its pid on the pipe);
+    // one that dies without taking one (killed) is seen when reaped. Either way it is
+    // replaced, so two always wait.
+    let mut waiting: Vec<libc::pid_t> = Vec::new();
     loop {
-        while matches!(sys::waitpid(-1, libc::WNOHANG), Ok((p, _)) if p > 0) {}
-        while waiting < WAITING {
+        while let Ok((pid, _)) = sys::waitpid(-1, libc::WNOHANG) {
+            if pid <= 0 {
+                break;
+            }
+            waiting.retain(|p| *p != pid);
+        }
+        while waiting.len() < WAITING {
             match sys::fork_with(0) {
                 Ok(sys::Forked::Child) => {
                     drop(taken_r);
                     return wait_for_request(server, taken_w);
                 }
-                Ok(sys::Forked::Parent { .. }) => waiting += 1,
+                Ok(sys::Forked::Parent { child }) => waiting.push(child),
                 // Retried at the next wake-up; meanwhile requests queue on the socket.
                 Err(_) => break,
             }
@@ -154,10 +162,14 @@ pub fn serve_forks() -> Booted {
             sys::exit_now(0); // the daemon is gone; the waiting children die with us
         }
         if fds[0].revents & libc::POLLIN != 0 {
+            // Whole pids only: each is one 4-byte write, which a pipe never splits.
             let mut b = [0u8; 64];
             // SAFETY: reads into a local buffer of the given size.
             let n = unsafe { libc::read(taken_r.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) };
-            waiting = waiting.saturating_sub(n.max(0) as usize);
+            for c in b[..n.max(0) as usize].chunks_exact(4) {
+                let pid = libc::pid_t::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+                waiting.retain(|p| *p != pid);
+            }
         }
     }
 }
@@ -183,8 +195,9 @@ fn wait_for_request(server: libc::pid_t, taken: OwnedFd) -> Booted {
         }
     };
     // One fewer waiting, whatever the message was: the server forks the next.
-    // SAFETY: writes one byte from a local to a pipe we own.
-    let _ = unsafe { libc::write(taken.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+    let me = sys::getpid().to_ne_bytes();
+    // SAFETY: writes four bytes from a local to a pipe we own.
+    let _ = unsafe { libc::write(taken.as_raw_fd(), me.as_ptr().cast(), me.len()) };
     drop(taken);
     if got.len == 0 && got.fds.is_empty() {
         sys::exit_now(0); // the daemon is gone

@@ -624,7 +624,7 @@ fn children(pid: u32) -> Vec<u32> {
 }
 
 #[test]
-fn a_killed_jailer_fork_server_is_replaced_and_takes_its_waiting_jailers_with_it() {
+fn killed_jailer_fork_servers_and_waiting_jailers_are_replaced() {
     require_root!();
     let _g = serial();
     let d = Daemon::start();
@@ -635,6 +635,13 @@ fn a_killed_jailer_fork_server_is_replaced_and_takes_its_waiting_jailers_with_it
         (c.len() == 2).then_some(c)
     })
     .unwrap_or_else(|| panic!("two jailers wait for requests: {:?}", children(first)));
+    // A waiting jailer killed by someone is replaced (two keep waiting), and creates go on.
+    kill9(waiting[0]);
+    let waiting = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        let c = children(first);
+        (c.len() == 2 && !c.contains(&waiting[0])).then_some(c)
+    })
+    .unwrap_or_else(|| panic!("the killed waiting jailer {} is replaced: {:?}", waiting[0], children(first)));
     let id = d.create(sandbox_body(json!({})));
     assert_eq!(d.sh_ok(&id, "echo one"), "one\n");
 
