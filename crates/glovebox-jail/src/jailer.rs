@@ -99,8 +99,11 @@ fn run_config(body: &[u8]) -> Booted {
 /// The fork server's first message: it runs and speaks this protocol.
 pub const SERVER_READY: &[u8] = b"glovebox fork server 1";
 
-/// Largest config a fork request may carry (a config is a few KiB).
-const MAX_REQUEST: usize = 64 * 1024;
+/// Largest config a fork request may carry (a config is a few KiB). Above glibc's mmap
+/// threshold on purpose: the receive buffer is its own mapping, untouched until a request
+/// lands in it and unmapped once the request is copied out, so none of it is inherited by
+/// the sandbox's PID 1 and the processes it forks.
+const MAX_REQUEST: usize = 256 * 1024;
 
 /// Jailers the fork server keeps forked and waiting for a request.
 const WAITING: usize = 2;
@@ -185,8 +188,7 @@ fn wait_for_request(server: libc::pid_t, taken: OwnedFd) -> Booted {
         Ok(f) => OwnedFd::from(f),
         Err(_) => sys::exit_now(1),
     };
-    // Touched now, so receiving into it costs no page faults on the request's path.
-    let mut buf = vec![1u8; MAX_REQUEST];
+    let mut buf = vec![0u8; MAX_REQUEST];
     let got = loop {
         match sys::recv_with_fds(0, &mut buf) {
             Ok(g) => break g,
@@ -228,7 +230,9 @@ fn wait_for_request(server: libc::pid_t, taken: OwnedFd) -> Booted {
     if sys::close_range(STATUS_FD as u32 + 1, u32::MAX).is_err() {
         sys::exit_now(1);
     }
-    run_config(&buf[..got.len])
+    let body = buf[..got.len].to_vec();
+    drop(buf);
+    run_config(&body)
 }
 
 fn write_file(path: &str, body: &str) -> Result<()> {
