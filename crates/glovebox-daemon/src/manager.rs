@@ -861,13 +861,12 @@ impl Manager {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 tokio::task::spawn_blocking(move || {
                     let b = this.boot(&random_token(16), &l, &t, upper.as_deref(), false);
-                    if let Err(Ok(b)) = tx.send(b) {
-                        tracing::info!(sandbox = %b.id, "the caller went away during the boot: discarding the sandbox");
-                        discard(b);
-                    }
+                    // Undelivered (nobody listening, or the listener gone with the value
+                    // still in the channel), the hand-off discards it.
+                    let _ = tx.send(b.map(|b| Handoff(Some(b))));
                 });
                 let b = rx.await.map_err(|_| Error::Internal("create task ended without a sandbox".into()))??;
-                (b, false)
+                (b.take(), false)
             }
         };
         self.refill_pool();
@@ -1539,6 +1538,28 @@ impl Drop for Unanswered {
             m.destroy_because(&id, EndReason::Killed, Some("the client went away before the create was answered"))
                 .await;
         });
+    }
+}
+
+/// A booted sandbox on its way to the create that asked for it. Dropped undelivered — the
+/// caller's future gone before the send, or after it with the value still in the channel —
+/// it tears the sandbox down.
+struct Handoff(Option<Booted>);
+
+impl Handoff {
+    fn take(mut self) -> Booted {
+        self.0.take().expect("a hand-off is taken once")
+    }
+}
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        let Some(b) = self.0.take() else { return };
+        tracing::info!(sandbox = %b.id, "the caller went away during the boot: discarding the sandbox");
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || discard(b))),
+            Err(_) => discard(b),
+        }
     }
 }
 
