@@ -24,3 +24,10 @@ pub mod templates;
 pub mod tenants;
 pub mod usage;
 pub mod util;
+
+/// Caps the allocator's arenas for this process (call first thing in `main`, before any
+/// thread starts): with one arena per thread the daemon's heap grows with every thread that
+/// ever allocated under load, each arena keeping its own free pages.
+pub fn limit_malloc_arenas() {
+    glovebox_jail::sys::limit_malloc_arenas(2);
+}

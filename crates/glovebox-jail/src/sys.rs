@@ -321,6 +321,18 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid, sig) }).map(drop)
 }
 
+/// Caps glibc's malloc arenas at `n` (`M_ARENA_MAX`; by default up to 8 per core, one per
+/// thread that first allocates while the others are busy); a no-op elsewhere. Call before
+/// any thread starts.
+pub fn limit_malloc_arenas(n: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a tunable of glibc's allocator; called before other threads
+    // exist, so no arena is being created concurrently.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, n);
+    }
+}
+
 /// Returns free heap pages to the kernel (glibc `malloc_trim`); a no-op elsewhere.
 pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
