@@ -231,18 +231,11 @@ fn read_until_eof(f: &mut impl ReadFd, deadline: Duration) -> Result<String> {
         if left.is_zero() {
             return Err(JailError::Timeout(deadline.as_millis() as u64));
         }
-        let mut pfd = libc::pollfd { fd: f.raw(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(JailError::sys("poll jailer status", e));
-        }
-        if r == 0 {
-            continue;
+        match crate::sys::poll_in(f.raw(), left.as_millis().min(i32::MAX as u128) as i32) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(JailError::sys("poll jailer status", e)),
         }
         let n = f.read(&mut chunk).ctx("read jailer status")?;
         if n == 0 {

@@ -459,9 +459,7 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<Received> {
 
 /// poll(2) for input on one fd; Ok(false) on timeout.
 pub fn poll_in(fd: RawFd, timeout_ms: i32) -> io::Result<bool> {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd for the duration of the call.
-    check(unsafe { libc::poll(&mut p, 1, timeout_ms) }).map(|n| n > 0)
+    poll(&mut [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }], timeout_ms).map(|n| n > 0)
 }
 
 /// Puts every signal a process may handle back to its default action and unblocks them all:
