@@ -41,13 +41,27 @@ impl Events {
 
     /// Records an event; a store failure is logged (the sandbox goes on regardless).
     pub fn record(&self, sandbox_id: &str, kind: EventKind, reason: Option<EndReason>, detail: Option<&str>) {
-        let k = kind_str(kind);
-        match self.store.add_event(sandbox_id, k, reason.map(EndReason::as_str), detail) {
-            Ok(e) => {
-                self.last.send_replace(e.seq);
-            }
-            Err(e) => tracing::error!(sandbox = %sandbox_id, "store event {k}: {e}"),
+        match self.store.with(|c| Events::add_on(c, sandbox_id, kind, reason, detail)) {
+            Ok(e) => self.published(&e),
+            Err(e) => tracing::error!(sandbox = %sandbox_id, "store event {}: {e}", kind_str(kind)),
         }
+    }
+
+    /// Writes an event on `c` (inside another write's [`Store::transaction`]); followers
+    /// learn of it from [`Events::published`], once the transaction has committed.
+    pub fn add_on(
+        c: &rusqlite::Connection,
+        sandbox_id: &str,
+        kind: EventKind,
+        reason: Option<EndReason>,
+        detail: Option<&str>,
+    ) -> rusqlite::Result<EventRecord> {
+        crate::store::add_event_on(c, sandbox_id, kind_str(kind), reason.map(EndReason::as_str), detail)
+    }
+
+    /// Wakes the followers for an event now in the store.
+    pub fn published(&self, e: &EventRecord) {
+        self.last.send_replace(e.seq);
     }
 
     pub fn list(

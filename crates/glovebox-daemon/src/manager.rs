@@ -105,14 +105,32 @@ fn prepare_run_dir(dir: &Path) -> Result<()> {
 /// Network namespaces made ahead of time (loopback up, nothing else). Making one costs about a
 /// millisecond of kernel time (the loopback device, per-namespace sysctl tables) that a
 /// sandbox's start then does not wait for; the pool is topped up on a thread of its own.
-#[derive(Default)]
 pub(crate) struct NetnsPool {
     fds: Mutex<Vec<std::os::fd::OwnedFd>>,
     filling: std::sync::atomic::AtomicBool,
+    /// Sandbox work in flight (the manager's): refills wait for a quiet moment while
+    /// namespaces are still at hand (see [`NETNS_LOW`]).
+    work: Arc<crate::idle::Activity>,
 }
 
 /// Network namespaces kept ready.
 const NETNS_POOL: usize = 4;
+/// Below this many ready, a refill makes the next one at once instead of waiting for a
+/// quiet moment.
+const NETNS_LOW: usize = 2;
+
+/// Blocks until no sandbox work has been in flight for [`QUIET`], at most [`QUIET_BOUND`].
+fn quiet_moment(work: &crate::idle::Activity) {
+    let start = Instant::now();
+    loop {
+        let quiet_for = if work.busy() { Duration::ZERO } else { work.last().elapsed() };
+        let waited = start.elapsed();
+        if quiet_for >= QUIET || waited >= QUIET_BOUND {
+            return;
+        }
+        std::thread::sleep((QUIET - quiet_for).min(QUIET_BOUND - waited).max(Duration::from_millis(1)));
+    }
+}
 
 impl NetnsPool {
     /// One namespace, if one is ready; starts a refill either way.
@@ -130,9 +148,13 @@ impl NetnsPool {
         let this = Arc::downgrade(self);
         let spawned = std::thread::Builder::new().name("glovebox-netns-pool".into()).spawn(move || {
             while let Some(p) = this.upgrade() {
-                if lock(&p.fds).len() >= NETNS_POOL {
+                let have = lock(&p.fds).len();
+                if have >= NETNS_POOL {
                     p.filling.store(false, Ordering::Release);
                     return;
+                }
+                if have >= NETNS_LOW {
+                    quiet_moment(&p.work);
                 }
                 match glovebox_jail::sys::new_netns() {
                     Ok(fd) => lock(&p.fds).push(fd),
@@ -444,6 +466,7 @@ impl Manager {
         if let Err(why) = launcher.server() {
             tracing::warn!("jailer fork server: {why}; each sandbox's jailer is spawned instead");
         }
+        let sandbox_work: Arc<crate::idle::Activity> = Arc::default();
         let m = Arc::new(Manager {
             templates,
             launcher,
@@ -464,9 +487,13 @@ impl Manager {
             cfg,
             events: Arc::new(crate::events::Events::new(store.clone())),
             records: crate::records::Writer::start(store.clone()),
-            netns: Arc::new(NetnsPool::default()),
+            netns: Arc::new(NetnsPool {
+                fds: Mutex::default(),
+                filling: Default::default(),
+                work: sandbox_work.clone(),
+            }),
             releases: Mutex::new(tokio::task::JoinSet::new()),
-            sandbox_work: Arc::default(),
+            sandbox_work,
             seccomp: match glovebox_jail::seccomp::compile() {
                 Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
                 Err(e) => {
@@ -919,13 +946,19 @@ impl Manager {
             end_reason: None,
             ended_at: None,
         };
-        if let Err(e) = self.store.put_sandbox(&rec) {
-            tracing::error!(sandbox = %sb.id, "store sandbox: {e}");
-        }
+        // Stored before it is listed, so a destroy racing the answer always finds the record
+        // to end; followers hear of the event once it is listed.
+        let stored = self.store.transaction(|c| {
+            crate::store::put_sandbox_on(c, &rec)?;
+            crate::events::Events::add_on(c, &sb.id, api::EventKind::Created, None, None)
+        });
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
         // From here the sandbox is listed; a caller gone before the answer has it destroyed.
         let mut unanswered = Unanswered { manager: self.clone(), id: Some(sb.id.clone()) };
-        self.events.record(&sb.id, api::EventKind::Created, None, None);
+        match stored {
+            Ok(e) => self.events.published(&e),
+            Err(e) => tracing::error!(sandbox = %sb.id, "store sandbox: {e}"),
+        }
         self.watch(sb.clone());
         if policy.needs_link() {
             let r = match self.prepare(&sb, &policy).await {
@@ -1375,10 +1408,20 @@ impl Manager {
         sb.meter.finish(sb.stats().as_ref());
         self.tenants.release(&sb.tenant, &sb.limits);
         self.tenants.ended(id, &sb.tenant);
-        self.ended_usage.record(sb.usage());
+        // Its usage, end state and `ended` event: one transaction, one commit.
+        let usage = sb.usage();
+        let stored = self.store.transaction(|c| {
+            crate::usage::persist_on(c, &usage)?;
+            crate::store::end_sandbox_on(c, id, reason, SystemTime::now())?;
+            crate::events::Events::add_on(c, id, api::EventKind::Ended, Some(reason), detail)
+        });
+        self.ended_usage.remember(usage);
         self.remember(id, reason);
         self.metrics.ended(reason);
-        self.record_end(id, reason, detail);
+        match stored {
+            Ok(e) => self.events.published(&e),
+            Err(e) => tracing::error!(sandbox = %id, "store end: {e}"),
+        }
         // What its agent still knows of its commands, before the kill.
         crate::records::flush(self, &sb).await;
         sb.clock.notify_one();

@@ -314,6 +314,19 @@ impl Store {
         f(&mut c)
     }
 
+    /// Runs `f`'s statements in one transaction: the writes of one lifecycle step (a
+    /// sandbox's record and its `created` event; its usage, end state and `ended` event)
+    /// land together or not at all, and commit once — a commit (the log write and its
+    /// locks) costs more here than the statements it carries. Nothing is written if `f` fails.
+    pub fn transaction<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+        self.with(|c| {
+            let tx = c.transaction()?;
+            let v = f(&tx)?;
+            tx.commit()?;
+            Ok(v)
+        })
+    }
+
     pub fn schema_version(&self) -> Result<usize> {
         self.with(|c| version(c)).map_err(q("schema version"))
     }
@@ -322,30 +335,7 @@ impl Store {
 
     /// Inserts or replaces a sandbox's record.
     pub fn put_sandbox(&self, r: &SandboxRecord) -> Result<()> {
-        let config = serde_json::to_string(&r.config)
-            .map_err(|e| StoreError::Corrupt { what: "sandbox config", message: e.to_string() })?;
-        self.with(|c| {
-            c.prepare_cached(
-                "INSERT OR REPLACE INTO sandboxes
-                 (id, template, config, created_at, deadline, slot, pid, pid_start, state, end_reason, ended_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )?
-            .execute(params![
-                r.id,
-                r.template,
-                config,
-                ms(r.created_at),
-                ms(r.deadline),
-                r.slot,
-                r.pid,
-                r.pid_start as i64,
-                r.state.as_str(),
-                r.end_reason.map(EndReason::as_str),
-                r.ended_at.map(ms),
-            ])
-        })
-        .map_err(q("put sandbox"))?;
-        Ok(())
+        self.with(|c| put_sandbox_on(c, r)).map_err(q("put sandbox"))
     }
 
     pub fn set_state(&self, id: &str, state: State) -> Result<()> {
@@ -372,28 +362,9 @@ impl Store {
         Ok(())
     }
 
-    /// Marks a sandbox ended for `reason` (creating a bare record if it had none, so an
-    /// orphan found at start is remembered too). The first end wins.
+    /// Marks a sandbox ended for `reason` (see [`end_sandbox_on`]).
     pub fn end_sandbox(&self, id: &str, reason: EndReason, at: SystemTime) -> Result<()> {
-        let state = State::ended(reason).as_str();
-        self.with(|c| {
-            let n = c
-                .prepare_cached(
-                    "UPDATE sandboxes SET state = ?2, end_reason = ?3, ended_at = ?4
-                 WHERE id = ?1 AND end_reason IS NULL",
-                )?
-                .execute(params![id, state, reason.as_str(), ms(at)])?;
-            if n == 0 {
-                c.prepare_cached(
-                    "INSERT OR IGNORE INTO sandboxes
-                     (id, template, config, created_at, deadline, slot, pid, pid_start, state, end_reason, ended_at)
-                     VALUES (?1, '', '{}', ?4, ?4, 0, 0, 0, ?2, ?3, ?4)",
-                )?
-                .execute(params![id, state, reason.as_str(), ms(at)])?;
-            }
-            Ok(())
-        })
-        .map_err(q("end sandbox"))
+        self.with(|c| end_sandbox_on(c, id, reason, at)).map_err(q("end sandbox"))
     }
 
     pub fn sandbox(&self, id: &str) -> Result<Option<SandboxRecord>> {
@@ -437,24 +408,7 @@ impl Store {
         reason: Option<&str>,
         detail: Option<&str>,
     ) -> Result<EventRecord> {
-        let time = SystemTime::now();
-        let seq = self
-            .with(|c| {
-                c.prepare_cached(
-                    "INSERT INTO events (time, sandbox_id, kind, reason, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(params![ms(time), sandbox_id, kind, reason, detail])?;
-                Ok(c.last_insert_rowid())
-            })
-            .map_err(q("add event"))?;
-        Ok(EventRecord {
-            seq,
-            time: from_ms(ms(time)),
-            sandbox_id: sandbox_id.to_string(),
-            kind: kind.to_string(),
-            reason: reason.map(str::to_string),
-            detail: detail.map(str::to_string),
-        })
+        self.with(|c| add_event_on(c, sandbox_id, kind, reason, detail)).map_err(q("add event"))
     }
 
     /// Events after sequence number `after`, oldest first, at most `limit`; of one sandbox
@@ -639,6 +593,72 @@ fn version(c: &Connection) -> rusqlite::Result<usize> {
     c.query_row("SELECT COALESCE(MAX(version), 0) FROM schema_version", [], |r| r.get::<_, i64>(0)).map(|v| v as usize)
 }
 
+/// Inserts or replaces a sandbox's record (see [`Store::put_sandbox`], [`Store::transaction`]).
+pub fn put_sandbox_on(c: &Connection, r: &SandboxRecord) -> rusqlite::Result<()> {
+    let config = serde_json::to_string(&r.config).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    c.prepare_cached(
+        "INSERT OR REPLACE INTO sandboxes
+         (id, template, config, created_at, deadline, slot, pid, pid_start, state, end_reason, ended_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        r.id,
+        r.template,
+        config,
+        ms(r.created_at),
+        ms(r.deadline),
+        r.slot,
+        r.pid,
+        r.pid_start as i64,
+        r.state.as_str(),
+        r.end_reason.map(EndReason::as_str),
+        r.ended_at.map(ms),
+    ])?;
+    Ok(())
+}
+
+/// Marks a sandbox ended for `reason` (creating a bare record if it had none, so an orphan
+/// found at start is remembered too). The first end wins.
+pub fn end_sandbox_on(c: &Connection, id: &str, reason: EndReason, at: SystemTime) -> rusqlite::Result<()> {
+    let state = State::ended(reason).as_str();
+    let n = c
+        .prepare_cached(
+            "UPDATE sandboxes SET state = ?2, end_reason = ?3, ended_at = ?4
+             WHERE id = ?1 AND end_reason IS NULL",
+        )?
+        .execute(params![id, state, reason.as_str(), ms(at)])?;
+    if n == 0 {
+        c.prepare_cached(
+            "INSERT OR IGNORE INTO sandboxes
+             (id, template, config, created_at, deadline, slot, pid, pid_start, state, end_reason, ended_at)
+             VALUES (?1, '', '{}', ?4, ?4, 0, 0, 0, ?2, ?3, ?4)",
+        )?
+        .execute(params![id, state, reason.as_str(), ms(at)])?;
+    }
+    Ok(())
+}
+
+/// Appends an event; returns it with its sequence number.
+pub fn add_event_on(
+    c: &Connection,
+    sandbox_id: &str,
+    kind: &str,
+    reason: Option<&str>,
+    detail: Option<&str>,
+) -> rusqlite::Result<EventRecord> {
+    let time = SystemTime::now();
+    c.prepare_cached("INSERT INTO events (time, sandbox_id, kind, reason, detail) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![ms(time), sandbox_id, kind, reason, detail])?;
+    Ok(EventRecord {
+        seq: c.last_insert_rowid(),
+        time: from_ms(ms(time)),
+        sandbox_id: sandbox_id.to_string(),
+        kind: kind.to_string(),
+        reason: reason.map(str::to_string),
+        detail: detail.map(str::to_string),
+    })
+}
+
 /// Applies the migrations the file has not seen yet, each in its own transaction.
 fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     conn.execute_batch(
@@ -785,6 +805,31 @@ mod tests {
         .unwrap();
         drop(s);
         assert!(matches!(Store::open(t.path()), Err(StoreError::TooNew(..))));
+    }
+
+    #[test]
+    fn a_transaction_lands_whole_or_not_at_all() {
+        let s = Store::open_in_memory().unwrap();
+        let e = s
+            .transaction(|c| {
+                put_sandbox_on(c, &record("a"))?;
+                add_event_on(c, "a", "created", None, None)
+            })
+            .unwrap();
+        assert_eq!(s.sandbox("a").unwrap().unwrap(), record("a"));
+        assert_eq!(s.events(Some("a"), 0, 10).unwrap().iter().map(|r| r.seq).collect::<Vec<_>>(), [e.seq]);
+        // A step failing after others wrote rolls every one of them back.
+        let r = s.transaction(|c| {
+            end_sandbox_on(c, "a", EndReason::Idle, from_ms(2_000))?;
+            add_event_on(c, "a", "ended", Some("idle"), None)?;
+            c.execute("INSERT INTO no_such_table VALUES (1)", []).map(drop)
+        });
+        assert!(r.is_err());
+        assert_eq!(s.end_reason("a").unwrap(), None);
+        assert_eq!(s.events(Some("a"), 0, 10).unwrap().len(), 1);
+        // The connection is usable after the rollback.
+        s.end_sandbox("a", EndReason::Idle, from_ms(2_000)).unwrap();
+        assert_eq!(s.end_reason("a").unwrap(), Some(EndReason::Idle));
     }
 
     #[test]

@@ -154,14 +154,7 @@ impl Ledger {
 
     fn persist(&self, u: &SandboxUsage) {
         let Some(store) = self.store.get() else { return };
-        let Ok(j) = serde_json::to_string(u) else { return };
-        let r = store.with(|c| {
-            c.prepare_cached(
-                "INSERT OR REPLACE INTO usage (sandbox_id, tenant, ended_at, report) VALUES (?1, ?2, ?3, ?4)",
-            )?
-            .execute(rusqlite::params![u.sandbox_id, u.tenant, crate::store::ms(SystemTime::now()), j])
-        });
-        if let Err(e) = r {
+        if let Err(e) = store.with(|c| persist_on(c, u)) {
             tracing::error!(sandbox = %u.sandbox_id, "store usage: {e}");
         }
     }
@@ -181,6 +174,12 @@ impl Ledger {
 
     pub fn record(&self, u: SandboxUsage) {
         self.persist(&u);
+        self.remember(u);
+    }
+
+    /// Keeps an ended sandbox's usage in memory and adds it to its tenant's totals; for a
+    /// record already written with [`persist_on`] (inside a destroy's transaction).
+    pub fn remember(&self, u: SandboxUsage) {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let t = g.totals.entry(u.tenant.clone()).or_default();
         t.0 += 1;
@@ -230,6 +229,14 @@ pub fn add(total: &mut Usage, u: &Usage) {
     total.wall_seconds += u.wall_seconds;
     total.egress_bytes_up += u.egress_bytes_up;
     total.egress_bytes_down += u.egress_bytes_down;
+}
+
+/// Writes an ended sandbox's usage record on `c` (see [`crate::store::Store::transaction`]).
+pub fn persist_on(c: &rusqlite::Connection, u: &SandboxUsage) -> rusqlite::Result<()> {
+    let j = serde_json::to_string(u).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    c.prepare_cached("INSERT OR REPLACE INTO usage (sandbox_id, tenant, ended_at, report) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(rusqlite::params![u.sandbox_id, u.tenant, crate::store::ms(SystemTime::now()), j])?;
+    Ok(())
 }
 
 #[cfg(test)]
