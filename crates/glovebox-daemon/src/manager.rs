@@ -172,6 +172,71 @@ impl NetnsPool {
     }
 }
 
+/// The parts of a sandbox that need no process (see [`Manager::make_shell`]).
+struct Shell {
+    id: String,
+    slot: Slot,
+    dir: PathBuf,
+    cgroup: Box<dyn Cgroup>,
+    limits: cgroup::Limits,
+}
+
+/// One shell made ahead with the default limits, so that a create without a warm sandbox
+/// does not wait for its five cgroup `mkdir`s and its run directory. It is claimed like a
+/// sandbox (the uid slot held, the run directory present), so no other daemon's
+/// reconciliation removes it; its id is the next created sandbox's.
+#[derive(Default)]
+struct Shells {
+    /// The shell, and whether the manager is closing (no more are made then).
+    ready: Mutex<(Option<Shell>, bool)>,
+    filling: std::sync::atomic::AtomicBool,
+}
+
+impl Shells {
+    fn take(&self) -> Option<Shell> {
+        lock(&self.ready).0.take()
+    }
+
+    fn closed(&self) -> bool {
+        lock(&self.ready).1
+    }
+
+    /// Keeps `s` for the next create (discards it if the manager is closing).
+    fn put(&self, s: Shell) {
+        let mut g = lock(&self.ready);
+        let old = if g.1 { Some(s) } else { g.0.replace(s) };
+        drop(g);
+        if let Some(old) = old {
+            discard_shell(old);
+        }
+    }
+
+    /// No more shells: removes the one ready and waits (at most 2 s) for one being made,
+    /// which then removes itself.
+    fn close(&self) {
+        let s = {
+            let mut g = lock(&self.ready);
+            g.1 = true;
+            g.0.take()
+        };
+        if let Some(s) = s {
+            discard_shell(s);
+        }
+        let t = Instant::now();
+        while self.filling.load(std::sync::atomic::Ordering::Acquire) && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Removes a shell no sandbox was started in.
+fn discard_shell(s: Shell) {
+    if let Err(e) = s.cgroup.destroy() {
+        tracing::error!(sandbox = %s.id, "remove cgroup: {e}");
+    }
+    let _ = fs::remove_dir_all(&s.dir);
+}
+
 pub struct Manager {
     pub(crate) cfg: Config,
     /// Starts jailers (through a fork server, see `glovebox_jail::launch::Launcher`).
@@ -194,6 +259,8 @@ pub struct Manager {
     seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     /// Network namespaces made ahead of the sandboxes that will use them.
     netns: Arc<NetnsPool>,
+    /// The next create's slot, run directory and cgroups, made ahead.
+    shells: Shells,
     /// API keys, tenants, quotas (see `tenants`).
     pub tenants: Arc<crate::tenants::Tenants>,
     /// Metered use of ended sandboxes (see `usage`).
@@ -494,6 +561,7 @@ impl Manager {
             }),
             releases: Mutex::new(tokio::task::JoinSet::new()),
             sandbox_work,
+            shells: Shells::default(),
             seccomp: match glovebox_jail::seccomp::compile() {
                 Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
                 Err(e) => {
@@ -510,6 +578,7 @@ impl Manager {
         crate::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
         m.netns.refill();
         m.refill_pool();
+        m.refill_shells();
         Ok(m)
     }
 
@@ -887,7 +956,7 @@ impl Manager {
                 // future) is not there to take the sandbox: the boot's end tears it down.
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 tokio::task::spawn_blocking(move || {
-                    let b = this.boot(&random_token(16), &l, &t, upper.as_deref(), false);
+                    let b = this.boot(&l, &t, upper.as_deref(), false);
                     // Undelivered (nobody listening, or the listener gone with the value
                     // still in the channel), the hand-off discards it.
                     let _ = tx.send(b.map(|b| Handoff(Some(b))));
@@ -1067,8 +1136,7 @@ impl Manager {
                 this.until_quiet().await;
                 let limits = this.cfg.defaults.clone();
                 let (m, t) = (this.clone(), tpl.clone());
-                let booted =
-                    tokio::task::spawn_blocking(move || m.boot(&random_token(16), &limits, &t, None, true)).await;
+                let booted = tokio::task::spawn_blocking(move || m.boot(&limits, &t, None, true)).await;
                 match booted {
                     Ok(Ok(b)) => {
                         let ok = match &tpl.preload {
@@ -1136,41 +1204,41 @@ impl Manager {
     /// `background`: a warm-pool boot, at the lowest CPU weight until it is handed out, so
     /// that refilling the pool (a boot, a python kernel's imports) yields to requests.
     fn boot(
-        &self,
-        id: &str,
+        self: &Arc<Self>,
         limits: &Limits,
         tpl: &Template,
         upper: Option<&Path>,
         background: bool,
     ) -> Result<Booted> {
-        let slot = self.slots.take(id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
-        let dir = self.cfg.run_dir.join("sandboxes").join(id);
+        let cl = cgroup::Limits { memory_bytes: limits.memory_mb << 20, cpu_quota: limits.cpus, pids: limits.pids };
+        // A request's boot takes the shell made ahead; the pool's refills make their own.
+        let premade = if background { None } else { self.shells.take() };
+        let shell = match premade {
+            Some(s) if s.limits == cl => s,
+            Some(s) => match s.cgroup.set_limits(&cl) {
+                Ok(()) => Shell { limits: cl, ..s },
+                Err(e) => {
+                    discard_shell(s);
+                    return Err(Error::Start(format!("cgroup: {e}")));
+                }
+            },
+            None => self.make_shell(random_token(16), &cl)?,
+        };
+        if !background {
+            self.refill_shells();
+        }
+        let Shell { id, slot, dir, cgroup: cg, .. } = shell;
+        let id = id.as_str();
         let skel = if tpl.host_usr { self.skel.clone() } else { self.templates.mini_skel() };
         let undo_dir = |d: &Path| {
             let _ = fs::remove_dir_all(d);
         };
-        let mk = || -> std::io::Result<()> {
-            fs::create_dir(&dir)?;
-            fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
-            fs::write(dir.join("slot"), slot.index.to_string())?;
-            // Which base skeleton its root uses (kept while it lives, across restarts).
-            fs::write(dir.join("skel"), skel.as_os_str().as_encoded_bytes())?;
-            let mnt = dir.join("mnt");
-            fs::create_dir(&mnt)?;
-            fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
-        };
-        if let Err(e) = mk() {
+        // Which base skeleton its root uses (kept while it lives, across restarts).
+        if let Err(e) = fs::write(dir.join("skel"), skel.as_os_str().as_encoded_bytes()) {
+            let _ = cg.destroy();
             undo_dir(&dir);
             return Err(Error::Internal(format!("sandbox dir: {e}")));
         }
-        let cl = cgroup::Limits { memory_bytes: limits.memory_mb << 20, cpu_quota: limits.cpus, pids: limits.pids };
-        let cg = match self.cgroups.create(id, &cl, slot.uid_base()) {
-            Ok(c) => c,
-            Err(e) => {
-                undo_dir(&dir);
-                return Err(Error::Start(format!("cgroup: {e}")));
-            }
-        };
         if background {
             if let Err(e) = cg.set_background(true) {
                 // Only slower for everyone else while it boots.
@@ -1229,6 +1297,55 @@ impl Manager {
             limits: limits.clone(),
             slot,
         })
+    }
+
+    /// A sandbox's uid slot, run directory and cgroups (limits `cl`, owned by the slot's
+    /// root), for sandbox `id`. Undoes what it made on failure.
+    fn make_shell(&self, id: String, cl: &cgroup::Limits) -> Result<Shell> {
+        let slot = self.slots.take(&id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
+        let dir = self.cfg.run_dir.join("sandboxes").join(&id);
+        let mk = || -> std::io::Result<()> {
+            fs::create_dir(&dir)?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
+            fs::write(dir.join("slot"), slot.index.to_string())?;
+            let mnt = dir.join("mnt");
+            fs::create_dir(&mnt)?;
+            fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
+        };
+        if let Err(e) = mk() {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(Error::Internal(format!("sandbox dir: {e}")));
+        }
+        match self.cgroups.create(&id, cl, slot.uid_base()) {
+            Ok(cgroup) => Ok(Shell { id, slot, dir, cgroup, limits: *cl }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                Err(Error::Start(format!("cgroup: {e}")))
+            }
+        }
+    }
+
+    /// Makes the next request's shell in the background, at a quiet moment (its cgroup
+    /// `mkdir`s take the kernel's cgroup lock, which a boot beside it needs too).
+    fn refill_shells(self: &Arc<Self>) {
+        let this = self.clone();
+        if self.shells.filling.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        tokio::task::spawn_blocking(move || {
+            quiet_moment(&this.sandbox_work);
+            if this.shells.closed() {
+                this.shells.filling.store(false, std::sync::atomic::Ordering::Release);
+                return;
+            }
+            let d = &this.cfg.defaults;
+            let cl = cgroup::Limits { memory_bytes: d.memory_mb << 20, cpu_quota: d.cpus, pids: d.pids };
+            match this.make_shell(random_token(16), &cl) {
+                Ok(s) => this.shells.put(s),
+                Err(e) => tracing::debug!("shell made ahead: {e}"),
+            }
+            this.shells.filling.store(false, std::sync::atomic::Ordering::Release);
+        });
     }
 
     /// The lifetime clock, the idle clock and the agent-death watch of one sandbox.
@@ -1486,6 +1603,7 @@ impl Manager {
         for b in pooled {
             discard(b);
         }
+        self.shells.close();
         self.settle_releases().await;
         self.net.teardown_table();
         let _ = fs::remove_dir_all(&self.skel);
@@ -1500,6 +1618,7 @@ impl Manager {
         for b in pooled {
             discard(b);
         }
+        self.shells.close();
         self.settle_releases().await;
         // Dropping a sandbox's handle frees its uid slot: forget them instead (the process
         // is ending), so the slots stay taken for the next start to re-take.
