@@ -31,3 +31,13 @@ pub mod util;
 pub fn limit_malloc_arenas() {
     glovebox_jail::sys::limit_malloc_arenas(2);
 }
+
+/// Raises this process's open-file soft limit to its hard limit: the daemon holds three fds
+/// per sandbox (and one per connection), and the usual soft limit of 1,024 would refuse
+/// creates from about 330 sandboxes on. Sandboxes are unaffected: their PID 1 lowers the
+/// limit to its own bound. Never touches the hard limit.
+pub fn raise_fd_limit() {
+    if let Err(e) = glovebox_jail::sys::raise_soft_rlimit(libc::RLIMIT_NOFILE) {
+        eprintln!("glovebox: raise the open-file limit: {e}");
+    }
+}

@@ -248,6 +248,20 @@ pub fn lower_rlimit(resource: u32, soft: u64, hard: u64) -> io::Result<()> {
     check(unsafe { libc::setrlimit(resource, &new) }).map(drop)
 }
 
+/// Raises the soft limit of `resource` to its hard limit (never the hard limit itself);
+/// returns the new soft limit.
+pub fn raise_soft_rlimit(resource: u32) -> io::Result<u64> {
+    let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `cur` is a valid out-pointer.
+    check(unsafe { libc::getrlimit(resource, &mut cur) })?;
+    if cur.rlim_cur < cur.rlim_max {
+        let new = libc::rlimit { rlim_cur: cur.rlim_max, rlim_max: cur.rlim_max };
+        // SAFETY: `new` is a valid in-pointer.
+        check(unsafe { libc::setrlimit(resource, &new) })?;
+    }
+    Ok(cur.rlim_max)
+}
+
 /// Brings the loopback interface up (SIOCSIFFLAGS on `lo`).
 pub fn loopback_up() -> io::Result<()> {
     // SAFETY: plain socket(2); the fd is wrapped in OwnedFd right after.

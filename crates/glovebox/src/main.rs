@@ -220,6 +220,7 @@ enum FilesCmd {
 
 fn main() {
     glovebox_daemon::limit_malloc_arenas();
+    glovebox_daemon::raise_fd_limit();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GLOVEBOX_LOG").unwrap_or_else(|_| {

@@ -120,6 +120,30 @@ fn commands_start_with_default_signal_handling_whatever_the_daemon_inherited() {
     d.shutdown_and_check_leaks();
 }
 
+/// (soft, hard) of "Max open files" in a /proc/N/limits text.
+fn open_files_limit(limits: &str) -> (String, String) {
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("Max open files line");
+    let f: Vec<&str> = line.split_whitespace().collect();
+    (f[3].to_string(), f[4].to_string())
+}
+
+#[test]
+fn the_daemon_lifts_its_open_file_soft_limit_and_sandboxes_keep_their_own() {
+    require_root!();
+    // Started the way a login shell's default would leave it (soft 1,024 on Debian; lower
+    // here), the daemon raises its soft limit to the hard one: three fds per sandbox.
+    let d = Daemon::start_after("ulimit -Sn 200;");
+    let (soft, hard) = open_files_limit(&fs::read_to_string(format!("/proc/{}/limits", d.pid())).unwrap());
+    let hard_n: u64 = hard.parse().unwrap_or(u64::MAX);
+    assert!(hard_n > 200, "the premise: a hard limit above the shell's soft 200 ({hard})");
+    assert_eq!(soft, hard, "the daemon's open-file soft limit");
+    // Inside, PID 1's own bound (65,536) applies, whatever the daemon's.
+    let id = d.create(sandbox_body(json!({})));
+    let want = hard_n.min(65536).to_string();
+    assert_eq!(d.sh_ok(&id, "ulimit -Sn; ulimit -Hn").split_whitespace().collect::<Vec<_>>(), [&want, &want]);
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn host_files_environment_and_processes_are_invisible() {
     require_root!();

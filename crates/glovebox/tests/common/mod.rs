@@ -419,7 +419,8 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 thread_local! {
     static WARM_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static KEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static IGNORING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Shell commands run before the daemon is exec'd (empty: it is started directly).
+    static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
 }
 
 fn warm_pool() -> usize {
@@ -444,9 +445,14 @@ impl Daemon {
     /// A daemon started the way a shell starts a background job (`glovebox serve &` in a
     /// script): with SIGINT and SIGQUIT ignored, which every child inherits.
     pub fn start_ignoring_int_and_quit() -> Daemon {
-        IGNORING.with(|k| k.set(true));
+        Daemon::start_after("trap '' INT QUIT;")
+    }
+
+    /// A daemon exec'd by `/bin/sh` after the shell commands `prelude` (e.g. a `ulimit`).
+    pub fn start_after(prelude: &'static str) -> Daemon {
+        PRELUDE.with(|k| k.set(prelude));
         let d = Daemon::start();
-        IGNORING.with(|k| k.set(false));
+        PRELUDE.with(|k| k.set(""));
         d
     }
 
@@ -478,10 +484,11 @@ impl Daemon {
             let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
             let log_path = logs.path().join(format!("daemon-{}-{attempt}.log", old_logs.len()));
             let log = fs::File::create(&log_path).expect("daemon log");
-            let mut command = if IGNORING.with(|k| k.get()) {
+            let prelude = PRELUDE.with(|k| k.get());
+            let mut command = if !prelude.is_empty() {
                 // `exec` keeps the pid: the child is still the daemon itself.
                 let mut c = Command::new("/bin/sh");
-                c.args(["-c", "trap '' INT QUIT; exec \"$0\" \"$@\""]).arg(&bin);
+                c.args(["-c", &format!("{prelude} exec \"$0\" \"$@\"")]).arg(&bin);
                 c
             } else {
                 Command::new(&bin)
