@@ -119,16 +119,22 @@ const NETNS_POOL: usize = 4;
 /// quiet moment.
 const NETNS_LOW: usize = 2;
 
-/// Blocks until no sandbox work has been in flight for [`QUIET`], at most [`QUIET_BOUND`].
+/// How much longer to wait, since `start`, for a moment with no sandbox work in flight for
+/// [`QUIET`] (never past [`QUIET_BOUND`]); `None` once it has come.
+fn quiet_wait(work: &crate::idle::Activity, start: Instant) -> Option<Duration> {
+    let quiet_for = if work.busy() { Duration::ZERO } else { work.last().elapsed() };
+    let waited = start.elapsed();
+    if quiet_for >= QUIET || waited >= QUIET_BOUND {
+        return None;
+    }
+    Some((QUIET - quiet_for).min(QUIET_BOUND - waited).max(Duration::from_millis(1)))
+}
+
+/// Blocks until a quiet moment (see [`quiet_wait`]).
 fn quiet_moment(work: &crate::idle::Activity) {
     let start = Instant::now();
-    loop {
-        let quiet_for = if work.busy() { Duration::ZERO } else { work.last().elapsed() };
-        let waited = start.elapsed();
-        if quiet_for >= QUIET || waited >= QUIET_BOUND {
-            return;
-        }
-        std::thread::sleep((QUIET - quiet_for).min(QUIET_BOUND - waited).max(Duration::from_millis(1)));
+    while let Some(step) = quiet_wait(work, start) {
+        std::thread::sleep(step);
     }
 }
 
@@ -1099,13 +1105,7 @@ impl Manager {
     /// the request's processes wait for the CPUs the boot's processes hold.
     async fn until_quiet(&self) {
         let start = Instant::now();
-        loop {
-            let quiet_for = if self.sandbox_work.busy() { Duration::ZERO } else { self.sandbox_work.last().elapsed() };
-            let waited = start.elapsed();
-            if quiet_for >= QUIET || waited >= QUIET_BOUND {
-                return;
-            }
-            let step = (QUIET - quiet_for).min(QUIET_BOUND - waited).max(Duration::from_millis(1));
+        while let Some(step) = quiet_wait(&self.sandbox_work, start) {
             tokio::time::sleep(step).await;
         }
     }
@@ -1328,10 +1328,10 @@ impl Manager {
     /// Makes the next request's shell in the background, at a quiet moment (its cgroup
     /// `mkdir`s take the kernel's cgroup lock, which a boot beside it needs too).
     fn refill_shells(self: &Arc<Self>) {
-        let this = self.clone();
         if self.shells.filling.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
         }
+        let this = self.clone();
         tokio::task::spawn_blocking(move || {
             quiet_moment(&this.sandbox_work);
             if this.shells.closed() {
