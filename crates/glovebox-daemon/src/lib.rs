@@ -32,9 +32,10 @@ pub fn limit_malloc_arenas() {
     glovebox_jail::sys::limit_malloc_arenas(2);
 }
 
-/// Raises this process's open-file soft limit to its hard limit: the daemon holds three fds
-/// per sandbox (its pidfd twice, the record's and the death watch's, and its uid slot's
-/// lock) and one per connection, and the usual soft limit of 1,024 would refuse
+/// Raises this process's open-file soft limit to its hard limit: the daemon holds three or
+/// four fds per sandbox (its pidfd twice, the record's and the death watch's, its uid slot's
+/// lock, and its OOM counter once it has run a command) and one per connection, and the
+/// usual soft limit of 1,024 would refuse
 /// creates from about 330 sandboxes on. Never touches the hard limit. A sandbox's PID 1 lowers
 /// both limits to its own bound (65,536), so commands now start with that soft limit where
 /// they inherited the daemon's (often 1,024) before.

@@ -129,7 +129,36 @@ pub(super) fn read_u64_opt(path: &Path) -> Result<Option<u64>, CgroupError> {
 
 /// The value of `key` in a flat keyed file of `key value` lines (`memory.events`, `cpu.stat`).
 pub(super) fn read_keyed(path: &Path, key: &str) -> Result<u64, CgroupError> {
-    let text = read(path)?;
+    keyed(path, &read(path)?, key)
+}
+
+/// A cgroup file kept open for repeated reads. Every read starts at offset 0, where the kernel
+/// renders the file afresh, so one open serves them all; the open (the path walk through
+/// cgroupfs) is most of a small read's cost. Reads fail once the cgroup is removed.
+#[derive(Debug, Default)]
+pub(super) struct Kept(std::sync::OnceLock<std::fs::File>);
+
+impl Kept {
+    /// [`read_keyed`] through the kept file (opened on first use).
+    pub(super) fn read_keyed(&self, path: &Path, key: &str) -> Result<u64, CgroupError> {
+        use std::os::unix::fs::FileExt;
+        let err = |source| CgroupError::Read { path: path.to_path_buf(), source };
+        let file = match self.0.get() {
+            Some(f) => f,
+            None => {
+                let f = std::fs::File::open(path).map_err(err)?;
+                // Two first reads racing: one file is kept, the other closed.
+                let _ = self.0.set(f);
+                self.0.get().expect("set just above")
+            }
+        };
+        let mut buf = [0u8; 4096];
+        let n = file.read_at(&mut buf, 0).map_err(err)?;
+        keyed(path, &String::from_utf8_lossy(&buf[..n]), key)
+    }
+}
+
+fn keyed(path: &Path, text: &str, key: &str) -> Result<u64, CgroupError> {
     let value = text
         .lines()
         .filter_map(|line| line.split_once(' '))
@@ -187,4 +216,26 @@ pub(super) fn walk(dir: &Path) -> Result<Vec<PathBuf>, CgroupError> {
         out.push(current);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_file_is_read_afresh_each_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.events");
+        std::fs::write(&path, "oom 0\noom_kill 0\n").unwrap();
+        let kept = Kept::default();
+        assert_eq!(kept.read_keyed(&path, "oom_kill").unwrap(), 0);
+        // Rewritten in place (the same inode, as a cgroup file is): the next read sees it.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(b"oom 3\noom_kill 2\n").unwrap();
+        assert_eq!(kept.read_keyed(&path, "oom_kill").unwrap(), 2);
+        assert!(matches!(kept.read_keyed(&path, "nope"), Err(CgroupError::Parse { .. })));
+        // A missing file is a read error, and nothing is kept for it.
+        let other = Kept::default();
+        assert!(matches!(other.read_keyed(&dir.path().join("gone"), "oom_kill"), Err(CgroupError::Read { .. })));
+        assert!(other.0.get().is_none());
+    }
 }

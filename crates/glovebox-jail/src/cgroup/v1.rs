@@ -75,7 +75,12 @@ impl V1Driver {
     }
 
     fn cgroup(&self, name: &str) -> V1Cgroup {
-        V1Cgroup { fs: Arc::clone(&self.fs), layout: Arc::clone(&self.layout), name: name.to_owned() }
+        V1Cgroup {
+            fs: Arc::clone(&self.fs),
+            layout: Arc::clone(&self.layout),
+            name: name.to_owned(),
+            oom: fs::Kept::default(),
+        }
     }
 }
 
@@ -123,6 +128,8 @@ struct V1Cgroup {
     fs: Arc<dyn Fs>,
     layout: Arc<Layout>,
     name: String,
+    /// The OOM counter's file, kept open: it is read before and after every command.
+    oom: fs::Kept,
 }
 
 impl V1Cgroup {
@@ -179,7 +186,7 @@ impl Cgroup for V1Cgroup {
     }
 
     fn oom_kills(&self) -> Result<u64, CgroupError> {
-        fs::read_keyed(&self.dir(&self.layout.memory).join("memory.oom_control"), "oom_kill")
+        self.oom.read_keyed(&self.dir(&self.layout.memory).join("memory.oom_control"), "oom_kill")
     }
 
     fn kill_all(&self) -> Result<usize, CgroupError> {

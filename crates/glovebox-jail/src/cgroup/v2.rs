@@ -37,7 +37,12 @@ impl V2Driver {
     }
 
     fn cgroup(&self, name: &str) -> V2Cgroup {
-        V2Cgroup { fs: Arc::clone(&self.fs), dir: self.root.join(PARENT).join(name), name: name.to_owned() }
+        V2Cgroup {
+            fs: Arc::clone(&self.fs),
+            dir: self.root.join(PARENT).join(name),
+            name: name.to_owned(),
+            oom: fs::Kept::default(),
+        }
     }
 }
 
@@ -104,6 +109,8 @@ struct V2Cgroup {
     fs: Arc<dyn Fs>,
     dir: PathBuf,
     name: String,
+    /// The OOM counter's file, kept open: it is read before and after every command.
+    oom: fs::Kept,
 }
 
 impl Cgroup for V2Cgroup {
@@ -128,7 +135,7 @@ impl Cgroup for V2Cgroup {
     }
 
     fn oom_kills(&self) -> Result<u64, CgroupError> {
-        fs::read_keyed(&self.dir.join("memory.events"), "oom_kill")
+        self.oom.read_keyed(&self.dir.join("memory.events"), "oom_kill")
     }
 
     fn set_background(&self, background: bool) -> Result<(), CgroupError> {
