@@ -41,9 +41,10 @@ impl Events {
 
     /// Records an event; a store failure is logged (the sandbox goes on regardless).
     pub fn record(&self, sandbox_id: &str, kind: EventKind, reason: Option<EndReason>, detail: Option<&str>) {
-        match self.store.with(|c| Events::add_on(c, sandbox_id, kind, reason, detail)) {
+        let k = kind_str(kind);
+        match self.store.add_event(sandbox_id, k, reason.map(EndReason::as_str), detail) {
             Ok(e) => self.published(&e),
-            Err(e) => tracing::error!(sandbox = %sandbox_id, "store event {}: {e}", kind_str(kind)),
+            Err(e) => tracing::error!(sandbox = %sandbox_id, "store event {k}: {e}"),
         }
     }
 

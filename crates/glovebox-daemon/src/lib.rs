@@ -35,10 +35,9 @@ pub fn limit_malloc_arenas() {
 /// Raises this process's open-file soft limit to its hard limit: the daemon holds three or
 /// four fds per sandbox (its pidfd twice, the record's and the death watch's, its uid slot's
 /// lock, and its OOM counter once it has run a command) and one per connection, and the
-/// usual soft limit of 1,024 would refuse
-/// creates from about 330 sandboxes on. Never touches the hard limit. A sandbox's PID 1 lowers
-/// both limits to its own bound (65,536), so commands now start with that soft limit where
-/// they inherited the daemon's (often 1,024) before.
+/// usual soft limit of 1,024 would refuse creates from about 330 sandboxes on. Never touches
+/// the hard limit. A sandbox's PID 1 lowers both limits to its own bound (65,536), so
+/// commands now start with that soft limit where they inherited the daemon's (often 1,024).
 pub fn raise_fd_limit() {
     if let Err(e) = glovebox_jail::sys::raise_soft_rlimit(libc::RLIMIT_NOFILE) {
         eprintln!("glovebox: raise the open-file limit: {e}");

@@ -248,9 +248,8 @@ pub fn lower_rlimit(resource: u32, soft: u64, hard: u64) -> io::Result<()> {
     check(unsafe { libc::setrlimit(resource, &new) }).map(drop)
 }
 
-/// Raises the soft limit of `resource` to its hard limit (never the hard limit itself);
-/// returns the new soft limit.
-pub fn raise_soft_rlimit(resource: u32) -> io::Result<u64> {
+/// Raises the soft limit of `resource` to its hard limit (never the hard limit itself).
+pub fn raise_soft_rlimit(resource: u32) -> io::Result<()> {
     let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `cur` is a valid out-pointer.
     check(unsafe { libc::getrlimit(resource, &mut cur) })?;
@@ -259,7 +258,7 @@ pub fn raise_soft_rlimit(resource: u32) -> io::Result<u64> {
         // SAFETY: `new` is a valid in-pointer.
         check(unsafe { libc::setrlimit(resource, &new) })?;
     }
-    Ok(cur.rlim_max)
+    Ok(())
 }
 
 /// Brings the loopback interface up (SIOCSIFFLAGS on `lo`).
