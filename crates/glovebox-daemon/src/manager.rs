@@ -1257,6 +1257,7 @@ impl Manager {
             layers: tpl.layers.iter().cloned().chain(std::iter::once(skel.clone())).collect(),
             host_usr: tpl.host_usr,
             upper_dir: upper.map(Path::to_path_buf),
+            flat_root: tpl.layers.is_empty() && upper.is_none(),
             disk_bytes: disk_bytes(limits),
             shm_bytes: shm_bytes(limits),
             cgroup_procs: cg.procs_files(),

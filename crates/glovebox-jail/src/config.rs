@@ -31,6 +31,11 @@ pub struct JailConfig {
     /// sandbox is gone. The disk cap does not apply to it.
     #[serde(default)]
     pub upper_dir: Option<PathBuf>,
+    /// `layers` is only the generated skeleton: `/` is the private tmpfs itself rather than
+    /// an overlay (only `/etc` and `/usr` are), so path walks through it pay no overlayfs
+    /// cost (`rootfs::build`). Not with `upper_dir`, whose writes are read back as a layer.
+    #[serde(default)]
+    pub flat_root: bool,
     /// Size cap of `/dev/shm` (its pages count against the memory limit).
     pub shm_bytes: u64,
     /// `cgroup.procs` files the jailer joins before creating namespaces.

@@ -334,7 +334,7 @@ fn child_a(cfg: &JailConfig, go: OwnedFd, listener: UnixListener, cg: Option<(Ow
 }
 
 fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMethod)>) -> Result<Booted> {
-    let root: PathBuf = cfg.mount_dir.join("root");
+    let root: PathBuf = rootfs::root_dir(cfg);
     rootfs::enter(&root)?;
     sys::sethostname(&cfg.hostname).ctx("sethostname")?;
     if cfg.netns.is_none() {

@@ -15,6 +15,12 @@
 //!     dev/shm           tmpfs capped at `shm_bytes`
 //! ```
 //!
+//! With `flat_root` (the generated skeleton is the only layer) `/` is no overlay: it is
+//! `upper/root` itself, with the skeleton's directories and symlinks made in it
+//! ([`SKEL_DIRS`], [`SKEL_LINKS`]), and only the directories the skeleton has files in
+//! ([`SKEL_OVERLAID`]: `/etc`, `/opt`) and `/usr` are overlays. A path walked from `/`, `/home` or `/tmp` then meets no overlayfs lookup or
+//! getattr (about 100 ns each, see docs/benchmarks.md); what the sandbox can write is the same.
+//!
 //! Invariants: host paths are only ever lower layers, read-only, nosuid, nodev, id-mapped so
 //! on-disk uid 0 is the sandbox's uid 0 (its own host uid), and no host directory is writable
 //! from inside. Every write lands in the tmpfs, whose size is the disk cap.
@@ -88,18 +94,33 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         Some(d) => (d.join("upper"), d.join("work")),
         None => (m.join("upper"), m.join("work")),
     };
+    // A flat root's /etc and /opt are overlays of their own; the others' are in the root's.
+    let subs: &[&str] = if cfg.flat_root { &["root", "usr", "etc", "opt"] } else { &["root", "usr"] };
     for d in [&upper, &work] {
         mkdir(d, 0o700)?;
-        for sub in ["root", "usr"] {
+        for sub in subs {
             let p = d.join(sub);
             mkdir(&p, 0o755)?;
             chown(&p, r)?;
         }
     }
     fs::set_permissions(&upper, fs::Permissions::from_mode(0o711)).ctx("chmod upper")?;
-    let root = m.join("root");
-    mkdir(&root, 0o755)?;
-    overlay(&lowers, &upper.join("root"), &work.join("root"), &root)?;
+    let root = root_dir(cfg);
+    if cfg.flat_root {
+        let [skel] = lowers.as_slice() else {
+            return Err(crate::error::JailError::Config("a flat root has the skeleton as its only layer".into()));
+        };
+        if cfg.upper_dir.is_some() {
+            return Err(crate::error::JailError::Config("a template build's root is an overlay".into()));
+        }
+        flat_skeleton(skel, &root, r)?;
+        for d in SKEL_OVERLAID {
+            overlay(&[skel.join(d)], &upper.join(d), &work.join(d), &root.join(d))?;
+        }
+    } else {
+        mkdir(&root, 0o755)?;
+        overlay(&lowers, &upper.join("root"), &work.join("root"), &root)?;
+    }
 
     if cfg.host_usr {
         let usr_lower = m.join("lower/usr");
@@ -117,6 +138,77 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
 
     build_dev(&root.join("dev"), cfg.shm_bytes)?;
     Ok(root)
+}
+
+/// Where [`build`] makes the root: `upper/root` itself for a flat root, else the overlay's
+/// mount point `root`.
+pub fn root_dir(cfg: &JailConfig) -> PathBuf {
+    if cfg.flat_root {
+        cfg.mount_dir.join("upper/root")
+    } else {
+        cfg.mount_dir.join("root")
+    }
+}
+
+/// The base skeleton's directories besides `/etc`'s content, parents first, with their modes;
+/// all owned by the sandbox's root. [`build_host_skel`] writes them, [`flat_skeleton`] makes
+/// them again in a flat root.
+const SKEL_DIRS: &[(&str, u32)] = &[
+    ("usr", 0o755),
+    ("proc", 0o755),
+    ("dev", 0o755),
+    ("sys", 0o755),
+    ("run", 0o755),
+    ("mnt", 0o755),
+    ("opt", 0o755),
+    ("srv", 0o755),
+    ("var", 0o755),
+    ("var/lib", 0o755),
+    ("var/cache", 0o755),
+    ("var/log", 0o755),
+    ("var/tmp", 0o1777),
+    ("etc", 0o755),
+    ("tmp", 0o1777),
+    ("root", 0o700),
+    ("home", 0o755),
+    // Commands run as root (without capabilities) by default, so root owns the default
+    // working directory; templates with `USER` hand it over at build time.
+    ("home/user", 0o755),
+];
+
+/// The skeleton's directories with files in them (the generated `/etc`; the daemon's code
+/// interpreter kernels in `/opt/glovebox`): a flat root overlays them rather than copy their
+/// files. Every other directory of the skeleton is empty but for [`SKEL_DIRS`] entries
+/// (`flat_root_covers_the_skeleton`). Keep the `subs` of [`build`] in step.
+const SKEL_OVERLAID: [&str; 2] = ["etc", "opt"];
+
+/// The host's merged-`/usr` symlinks the skeleton repeats (where the host has them).
+const SKEL_LINKS: &[&str] = &["bin", "sbin", "lib", "lib64", "lib32", "libx32"];
+
+/// Makes the skeleton's directories and symlinks (read from `skel`, the skeleton's id-mapped
+/// bind) in the empty `root`, owned by `uid` (the sandbox's root).
+fn flat_skeleton(skel: &Path, root: &Path, uid: u32) -> Result<()> {
+    // The modes exactly as listed (the sticky /tmp): no umask, for these mkdirs only.
+    // SAFETY: umask only swaps the calling process's mask; nothing else runs in the jailer.
+    let old = unsafe { libc::umask(0) };
+    let made = (|| {
+        for (p, mode) in SKEL_DIRS {
+            let d = root.join(p);
+            fs::DirBuilder::new().mode(*mode).create(&d).ctx_at("mkdir", &d)?;
+            chown(&d, uid)?;
+        }
+        for l in SKEL_LINKS {
+            if let Ok(t) = fs::read_link(skel.join(l)) {
+                let link = root.join(l);
+                symlink(t, &link).ctx_at("symlink", &link)?;
+                std::os::unix::fs::lchown(&link, Some(uid), Some(uid)).ctx_at("chown", &link)?;
+            }
+        }
+        Ok(())
+    })();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    made
 }
 
 /// tmpfs counts inodes separately from bytes; cap them too so an inode flood stops at the
@@ -200,17 +292,10 @@ pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
         fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
         std::os::unix::fs::chown(&path, Some(uid), Some(uid))
     };
-    for p in ["usr", "proc", "dev", "sys", "run", "mnt", "opt", "srv", "var/lib", "var/cache", "var/log", "etc"] {
-        d(p, 0o755, 0)?;
+    for (p, mode) in SKEL_DIRS {
+        d(p, *mode, 0)?;
     }
-    d("tmp", 0o1777, 0)?;
-    d("var/tmp", 0o1777, 0)?;
-    d("root", 0o700, 0)?;
-    d("home", 0o755, 0)?;
-    // Commands run as root (without capabilities) by default, so root owns the default
-    // working directory; templates with `USER` hand it over at build time.
-    d("home/user", 0o755, 0)?;
-    for l in ["bin", "sbin", "lib", "lib64", "lib32", "libx32"] {
+    for l in SKEL_LINKS {
         if let Ok(t) = fs::read_link(Path::new("/").join(l)) {
             symlink(t, tmp.join(l))?;
         }
@@ -312,6 +397,43 @@ mod tests {
     fn inode_cap_scales_with_disk() {
         assert_eq!(inode_cap(1 << 20), 16 * 1024);
         assert_eq!(inode_cap(1 << 32), (1 << 32) / 4096);
+    }
+
+    #[test]
+    fn flat_root_covers_the_skeleton() {
+        // What a flat root makes (SKEL_DIRS, SKEL_LINKS) and overlays (SKEL_OVERLAID) is the
+        // whole skeleton, with the daemon's kernels in /opt as it adds them.
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("skel");
+        build_host_skel(&dir).unwrap();
+        fs::create_dir_all(dir.join("opt/glovebox/kernels")).unwrap();
+        fs::write(dir.join("opt/glovebox/kernels/k.py"), "").unwrap();
+        fn walk(dir: &Path, rel: &Path, out: &mut Vec<(PathBuf, fs::FileType)>) {
+            for e in fs::read_dir(dir).unwrap() {
+                let e = e.unwrap();
+                let (p, ft) = (rel.join(e.file_name()), e.file_type().unwrap());
+                if !SKEL_OVERLAID.iter().any(|o| p.starts_with(o)) {
+                    out.push((p.clone(), ft));
+                    if ft.is_dir() {
+                        walk(&e.path(), &p, out);
+                    }
+                }
+            }
+        }
+        let mut entries = Vec::new();
+        walk(&dir, Path::new(""), &mut entries);
+        for (p, ft) in &entries {
+            let name = p.to_str().unwrap();
+            if ft.is_dir() {
+                let mode = fs::metadata(dir.join(p)).unwrap().permissions().mode() & 0o7777;
+                assert_eq!(SKEL_DIRS.iter().find(|d| d.0 == name).map(|d| d.1), Some(mode), "{name}");
+            } else {
+                assert!(ft.is_symlink() && SKEL_LINKS.contains(&name), "{name} is neither made nor overlaid");
+            }
+        }
+        for (d, _) in SKEL_DIRS {
+            assert!(entries.iter().any(|(p, _)| p == Path::new(d)) || SKEL_OVERLAID.contains(d), "{d}");
+        }
     }
 
     #[test]

@@ -271,3 +271,65 @@ fn sandboxes_cannot_see_each_other() {
     assert!(common::processes_in_range(rb).iter().all(|p| p.comm != "sleep"));
     d.shutdown_and_check_leaks();
 }
+
+/// The filesystem type of each of `points` in the sandbox's own mount table.
+fn fstypes(d: &Daemon, id: &str, points: &[&str]) -> Vec<String> {
+    let table = d.sh_ok(id, "cat /proc/self/mountinfo");
+    points
+        .iter()
+        .map(|p| {
+            // "id parent dev root mountpoint opts [optional...] - fstype source superopts";
+            // the last mount listed at a point is the one on top.
+            table
+                .lines()
+                .filter(|l| l.split(' ').nth(4) == Some(*p))
+                .last()
+                .and_then(|l| l.split(" - ").nth(1))
+                .and_then(|rest| rest.split(' ').next())
+                .unwrap_or_else(|| panic!("nothing mounted at {p}:\n{table}"))
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn the_base_root_is_the_sandbox_disk_itself_with_the_skeleton_made_in_it() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "disk_mb": 64 } })));
+
+    // `/` is the private tmpfs (no overlay to walk through); /etc, /opt (the interpreter's
+    // kernels) and /usr stay overlays over the skeleton's and the host's.
+    assert_eq!(fstypes(&d, &id, &["/", "/etc", "/opt", "/usr"]), ["tmpfs", "overlay", "overlay", "overlay"]);
+    assert!(d.sh_ok(&id, "ls /opt/glovebox/kernels").lines().count() > 0);
+    // The skeleton, as the overlay over it had it: owned by the sandbox's root, the same
+    // modes (sticky temp dirs), the merged-/usr symlinks the host has.
+    let st = d.sh_ok(&id, "stat -c '%n %a %U %G' / /tmp /var/tmp /root /home /home/user /var/lib /etc /usr /opt");
+    assert_eq!(
+        st,
+        "/ 755 root root\n/tmp 1777 root root\n/var/tmp 1777 root root\n/root 700 root root\n/home 755 root root\n\
+         /home/user 755 root root\n/var/lib 755 root root\n/etc 755 root root\n/usr 755 root root\n/opt 755 root root\n"
+    );
+    for l in ["bin", "sbin", "lib", "lib64"] {
+        if let Ok(t) = fs::read_link(format!("/{l}")) {
+            let inside = d.sh_ok(&id, &format!("readlink /{l}; stat -c %U /{l}"));
+            assert_eq!(inside, format!("{}\nroot\n", t.display()), "/{l}");
+        }
+    }
+    assert!(d.sh_ok(&id, "cat /etc/passwd").starts_with("root:x:0:0:"));
+
+    // Everything stays writable, and every write lands on the capped disk: a file in `/`
+    // and one in /opt count against the same 64 MiB as /home/user.
+    d.sh_ok(&id, "echo x > /top && echo '10.0.0.9 extra' >> /etc/hosts && rm -r /srv && mkdir /srv2 && echo k > /opt/glovebox/mine");
+    assert_eq!(
+        d.sh_ok(&id, "cat /top; tail -1 /etc/hosts; test ! -e /srv && test -d /srv2 && cat /opt/glovebox/mine"),
+        "x\n10.0.0.9 extra\nk\n"
+    );
+    let r = d.sh(&id, "head -c 40M /dev/zero > /a; head -c 40M /dev/zero > /opt/b; echo $?");
+    assert_ne!(r["stdout"], "0\n", "80 MiB fit a 64 MiB disk: {r}");
+    let used = d.sh_ok(&id, "rm -f /a /opt/b; df -k / | tail -1");
+    assert!(used.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() <= 64 * 1024, "{used}");
+    // The host's skeleton is untouched by any of it.
+    assert!(!std::path::Path::new("/top").exists());
+    d.shutdown_and_check_leaks();
+}
