@@ -283,7 +283,7 @@ fn fstypes(d: &Daemon, id: &str, points: &[&str]) -> Vec<String> {
             table
                 .lines()
                 .filter(|l| l.split(' ').nth(4) == Some(*p))
-                .last()
+                .next_back()
                 .and_then(|l| l.split(" - ").nth(1))
                 .and_then(|rest| rest.split(' ').next())
                 .unwrap_or_else(|| panic!("nothing mounted at {p}:\n{table}"))
