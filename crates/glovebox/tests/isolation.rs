@@ -282,8 +282,7 @@ fn fstypes(d: &Daemon, id: &str, points: &[&str]) -> Vec<String> {
             // the last mount listed at a point is the one on top.
             table
                 .lines()
-                .filter(|l| l.split(' ').nth(4) == Some(*p))
-                .next_back()
+                .rfind(|l| l.split(' ').nth(4) == Some(*p))
                 .and_then(|l| l.split(" - ").nth(1))
                 .and_then(|rest| rest.split(' ').next())
                 .unwrap_or_else(|| panic!("nothing mounted at {p}:\n{table}"))
