@@ -17,8 +17,8 @@
 //!
 //! With `flat_root` (the generated skeleton is the only layer) `/` is no overlay: it is
 //! `upper/root` itself, with the skeleton's directories and symlinks made in it
-//! ([`SKEL_DIRS`], [`SKEL_LINKS`]), and only the directories the skeleton has files in
-//! ([`SKEL_OVERLAID`]: `/etc`, `/opt`) and `/usr` are overlays. A path walked from `/`, `/home` or `/tmp` then meets no overlayfs lookup or
+//! ([`SKEL_DIRS`], [`SKEL_LINKS`]); `/etc` (over the skeleton's) and `/usr` are overlays, and
+//! the daemon's `/opt/glovebox` a read-only bind of the skeleton's ([`SKEL_BOUND`]). A path walked from `/`, `/home` or `/tmp` then meets no overlayfs lookup or
 //! getattr (about 100 ns each, see docs/benchmarks.md); what the sandbox can write is the same.
 //!
 //! Invariants: host paths are only ever lower layers, read-only, nosuid, nodev, id-mapped so
@@ -94,8 +94,8 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         Some(d) => (d.join("upper"), d.join("work")),
         None => (m.join("upper"), m.join("work")),
     };
-    // A flat root's /etc and /opt are overlays of their own; the others' are in the root's.
-    let subs: &[&str] = if cfg.flat_root { &["root", "usr", "etc", "opt"] } else { &["root", "usr"] };
+    // A flat root's /etc is an overlay of its own; the others' is in the root's.
+    let subs: &[&str] = if cfg.flat_root { &["root", "usr", "etc"] } else { &["root", "usr"] };
     for d in [&upper, &work] {
         mkdir(d, 0o700)?;
         for sub in subs {
@@ -116,6 +116,15 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         flat_skeleton(skel, &root, r)?;
         for d in SKEL_OVERLAID {
             overlay(&[skel.join(d)], &upper.join(d), &work.join(d), &root.join(d))?;
+        }
+        for d in SKEL_BOUND {
+            let (src, dst) = (skel.join(d), root.join(d));
+            if src.is_dir() {
+                // A bind of the id-mapped, read-only skeleton: it stays both.
+                mkdir(&dst, 0o755)?;
+                chown(&dst, r)?;
+                sys::mount(Some(&src.display().to_string()), &dst, None, libc::MS_BIND, None).ctx_at("bind", &dst)?;
+            }
         }
     } else {
         mkdir(&root, 0o755)?;
@@ -176,38 +185,53 @@ const SKEL_DIRS: &[(&str, u32)] = &[
     ("home/user", 0o755),
 ];
 
-/// The skeleton's directories with files in them (the generated `/etc`; the daemon's code
-/// interpreter kernels in `/opt/glovebox`): a flat root overlays them rather than copy their
-/// files. Every other directory of the skeleton is empty but for [`SKEL_DIRS`] entries
-/// (`flat_root_covers_the_skeleton`). Keep the `subs` of [`build`] in step.
-const SKEL_OVERLAID: [&str; 2] = ["etc", "opt"];
+/// The skeleton's directory with files in it that a sandbox may change (the generated
+/// `/etc`): a flat root overlays it rather than copy its files. Keep the `subs` of [`build`]
+/// in step.
+const SKEL_OVERLAID: [&str; 1] = ["etc"];
+
+/// What the daemon adds to the skeleton (the code interpreter's kernels, `code::KERNEL_DIR`):
+/// a flat root binds it read-only (an overlay mount costs 40-90 us of each create, a bind
+/// under 10). Besides these and [`SKEL_OVERLAID`], the skeleton holds only [`SKEL_DIRS`] and
+/// [`SKEL_LINKS`] (`flat_root_covers_the_skeleton`).
+const SKEL_BOUND: [&str; 1] = ["opt/glovebox"];
 
 /// The host's merged-`/usr` symlinks the skeleton repeats (where the host has them).
 const SKEL_LINKS: &[&str] = &["bin", "sbin", "lib", "lib64", "lib32", "libx32"];
 
 /// Makes the skeleton's directories and symlinks (read from `skel`, the skeleton's id-mapped
-/// bind) in the empty `root`, owned by `uid` (the sandbox's root).
+/// bind) in the empty `root` (owned by `uid`, the sandbox's root), owned by `uid` too.
 fn flat_skeleton(skel: &Path, root: &Path, uid: u32) -> Result<()> {
-    // The modes exactly as listed (the sticky /tmp): no umask, for these mkdirs only.
-    // SAFETY: umask only swaps the calling process's mask; nothing else runs in the jailer.
-    let old = unsafe { libc::umask(0) };
+    // Read as host root: `skel` sits below the root-only `lower/`.
+    let links: Vec<(&str, PathBuf)> =
+        SKEL_LINKS.iter().filter_map(|l| fs::read_link(skel.join(l)).ok().map(|t| (*l, t))).collect();
+    // Made as the sandbox's root (the filesystem ids only: no chown per entry, and host root's
+    // capabilities come back with fsuid 0) and with the modes exactly as listed (the sticky
+    // temp dirs): no umask. Single-threaded here, so nothing else sees either change.
+    // SAFETY: setfsgid, setfsuid and umask only change the calling thread's/process's ids and
+    // mask, restored below on every path.
+    let old = unsafe {
+        libc::setfsgid(uid);
+        libc::setfsuid(uid);
+        libc::umask(0)
+    };
     let made = (|| {
         for (p, mode) in SKEL_DIRS {
             let d = root.join(p);
             fs::DirBuilder::new().mode(*mode).create(&d).ctx_at("mkdir", &d)?;
-            chown(&d, uid)?;
         }
-        for l in SKEL_LINKS {
-            if let Ok(t) = fs::read_link(skel.join(l)) {
-                let link = root.join(l);
-                symlink(t, &link).ctx_at("symlink", &link)?;
-                std::os::unix::fs::lchown(&link, Some(uid), Some(uid)).ctx_at("chown", &link)?;
-            }
+        for (l, t) in &links {
+            let link = root.join(l);
+            symlink(t, &link).ctx_at("symlink", &link)?;
         }
         Ok(())
     })();
     // SAFETY: as above.
-    unsafe { libc::umask(old) };
+    unsafe {
+        libc::umask(old);
+        libc::setfsuid(0);
+        libc::setfsgid(0);
+    }
     made
 }
 
@@ -401,8 +425,8 @@ mod tests {
 
     #[test]
     fn flat_root_covers_the_skeleton() {
-        // What a flat root makes (SKEL_DIRS, SKEL_LINKS) and overlays (SKEL_OVERLAID) is the
-        // whole skeleton, with the daemon's kernels in /opt as it adds them.
+        // What a flat root makes (SKEL_DIRS, SKEL_LINKS), overlays (SKEL_OVERLAID) and binds
+        // (SKEL_BOUND) is the whole skeleton, with the daemon's kernels as it adds them.
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("skel");
         build_host_skel(&dir).unwrap();
@@ -412,7 +436,7 @@ mod tests {
             for e in fs::read_dir(dir).unwrap() {
                 let e = e.unwrap();
                 let (p, ft) = (rel.join(e.file_name()), e.file_type().unwrap());
-                if !SKEL_OVERLAID.iter().any(|o| p.starts_with(o)) {
+                if !SKEL_OVERLAID.iter().chain(SKEL_BOUND.iter()).any(|o| p.starts_with(o)) {
                     out.push((p.clone(), ft));
                     if ft.is_dir() {
                         walk(&e.path(), &p, out);

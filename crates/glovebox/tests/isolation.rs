@@ -297,10 +297,12 @@ fn the_base_root_is_the_sandbox_disk_itself_with_the_skeleton_made_in_it() {
     let d = Daemon::start();
     let id = d.create(sandbox_body(json!({ "resources": { "disk_mb": 64 } })));
 
-    // `/` is the private tmpfs (no overlay to walk through); /etc, /opt (the interpreter's
-    // kernels) and /usr stay overlays over the skeleton's and the host's.
-    assert_eq!(fstypes(&d, &id, &["/", "/etc", "/opt", "/usr"]), ["tmpfs", "overlay", "overlay", "overlay"]);
+    // `/` is the private tmpfs (no overlay to walk through); /etc and /usr stay overlays over
+    // the skeleton's and the host's; the interpreter's kernels are the skeleton's, read-only.
+    assert_eq!(fstypes(&d, &id, &["/", "/etc", "/usr"]), ["tmpfs", "overlay", "overlay"]);
     assert!(d.sh_ok(&id, "ls /opt/glovebox/kernels").lines().count() > 0);
+    let r = d.sh(&id, "echo x > /opt/glovebox/kernels/mine");
+    assert!(r["stderr"].as_str().unwrap().contains("Read-only file system"), "{r}");
     // The skeleton, as the overlay over it had it: owned by the sandbox's root, the same
     // modes (sticky temp dirs), the merged-/usr symlinks the host has.
     let st = d.sh_ok(&id, "stat -c '%n %a %U %G' / /tmp /var/tmp /root /home /home/user /var/lib /etc /usr /opt");
@@ -319,9 +321,12 @@ fn the_base_root_is_the_sandbox_disk_itself_with_the_skeleton_made_in_it() {
 
     // Everything stays writable, and every write lands on the capped disk: a file in `/`
     // and one in /opt count against the same 64 MiB as /home/user.
-    d.sh_ok(&id, "echo x > /top && echo '10.0.0.9 extra' >> /etc/hosts && rm -r /srv && mkdir /srv2 && echo k > /opt/glovebox/mine");
+    d.sh_ok(
+        &id,
+        "echo x > /top && echo '10.0.0.9 extra' >> /etc/hosts && rm -r /srv && mkdir /srv2 && echo k > /opt/mine",
+    );
     assert_eq!(
-        d.sh_ok(&id, "cat /top; tail -1 /etc/hosts; test ! -e /srv && test -d /srv2 && cat /opt/glovebox/mine"),
+        d.sh_ok(&id, "cat /top; tail -1 /etc/hosts; test ! -e /srv && test -d /srv2 && cat /opt/mine"),
         "x\n10.0.0.9 extra\nk\n"
     );
     let r = d.sh(&id, "head -c 40M /dev/zero > /a; head -c 40M /dev/zero > /opt/b; echo $?");
