@@ -641,7 +641,7 @@ def syscall_phase(api, quick):
     The tax is the median of the pairs' ratios: this machine's speed drifts by up to 2x over
     seconds (one run's 20 stat loops spanned 78-158 ms), which the two halves of a pair share
     and unpaired medians do not; the ratio of the two p50s is reported beside it."""
-    reps = 5 if quick else 20
+    reps = 5 if quick else 40
     # The host run gets the environment and cwd the sandbox's command gets.
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
            "HOME": "/root", "USER": "root"}
