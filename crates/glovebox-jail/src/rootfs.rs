@@ -17,9 +17,11 @@
 //!
 //! With `flat_root` (the generated skeleton is the only layer) `/` is no overlay: it is
 //! `upper/root` itself, with the skeleton's directories and symlinks made in it
-//! ([`SKEL_DIRS`], [`SKEL_LINKS`]); `/etc` (over the skeleton's) and `/usr` are overlays, and
-//! the daemon's `/opt/glovebox` a read-only bind of the skeleton's ([`SKEL_BOUND`]). A path walked from `/`, `/home` or `/tmp` then meets no overlayfs lookup or
-//! getattr (about 100 ns each, see docs/benchmarks.md); what the sandbox can write is the same.
+//! ([`SKEL_DIRS`], [`SKEL_LINKS`]); `/etc` (over the skeleton's, `upper/etc`) and `/usr` are
+//! overlays, and the daemon's `/opt/glovebox` a read-only bind of the skeleton's
+//! ([`SKEL_BOUND`]). A path walked from `/`, `/home` or `/tmp` then meets no overlayfs
+//! lookup or getattr (50-100 ns per `stat`, see docs/benchmarks.md); what the sandbox can
+//! write is the same but for that one read-only directory.
 //!
 //! Invariants: host paths are only ever lower layers, read-only, nosuid, nodev, id-mapped so
 //! on-disk uid 0 is the sandbox's uid 0 (its own host uid), and no host directory is writable
@@ -210,11 +212,7 @@ fn flat_skeleton(skel: &Path, root: &Path, uid: u32) -> Result<()> {
     // temp dirs): no umask. Single-threaded here, so nothing else sees either change.
     // SAFETY: setfsgid, setfsuid and umask only change the calling thread's/process's ids and
     // mask, restored below on every path.
-    let old = unsafe {
-        libc::setfsgid(uid);
-        libc::setfsuid(uid);
-        libc::umask(0)
-    };
+    let (gid0, uid0, mask) = unsafe { (libc::setfsgid(uid), libc::setfsuid(uid), libc::umask(0)) };
     let made = (|| {
         for (p, mode) in SKEL_DIRS {
             let d = root.join(p);
@@ -228,9 +226,10 @@ fn flat_skeleton(skel: &Path, root: &Path, uid: u32) -> Result<()> {
     })();
     // SAFETY: as above.
     unsafe {
-        libc::umask(old);
-        libc::setfsuid(0);
-        libc::setfsgid(0);
+        libc::umask(mask);
+        // setfsuid/setfsgid return the ids they replace (as c_int).
+        libc::setfsuid(uid0 as libc::uid_t);
+        libc::setfsgid(gid0 as libc::gid_t);
     }
     made
 }
