@@ -97,8 +97,10 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         None => (m.join("upper"), m.join("work")),
     };
     // A flat root's /etc is an overlay of its own; the others' is in the root's.
-    let subs: &[&str] = if cfg.flat_root { &["root", "usr", "etc"] } else { &["root", "usr"] };
-    for d in [&upper, &work] {
+    // (A flat root is no overlay: it needs no work dir of its own.)
+    let (upper_subs, work_subs): (&[&str], &[&str]) =
+        if cfg.flat_root { (&["root", "usr", "etc"], &["usr", "etc"]) } else { (&["root", "usr"], &["root", "usr"]) };
+    for (d, subs) in [(&upper, upper_subs), (&work, work_subs)] {
         mkdir(d, 0o700)?;
         for sub in subs {
             let p = d.join(sub);
@@ -309,14 +311,11 @@ pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
     let tmp = dir.with_extension("tmp");
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
-    let d = |p: &str, mode: u32, uid: u32| -> std::io::Result<()> {
+    for (p, mode) in SKEL_DIRS {
         let path = tmp.join(p);
         fs::create_dir_all(&path)?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode))?;
-        std::os::unix::fs::chown(&path, Some(uid), Some(uid))
-    };
-    for (p, mode) in SKEL_DIRS {
-        d(p, *mode, 0)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(*mode))?;
+        std::os::unix::fs::chown(&path, Some(0), Some(0))?;
     }
     for l in SKEL_LINKS {
         if let Ok(t) = fs::read_link(Path::new("/").join(l)) {
