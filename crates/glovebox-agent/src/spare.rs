@@ -30,7 +30,9 @@ pub fn main() -> ! {
         eprintln!("glovebox: spare started without a job channel");
         std::process::exit(125);
     };
-    let mut buf = Vec::new();
+    // Room for a typical job up front: read_to_end on an empty Vec starts with a 32-byte
+    // probe and grows, four reads for a short command where two do.
+    let mut buf = Vec::with_capacity(16 << 10);
     let job: Job = match std::fs::File::from(fd).take(MAX_JOB).read_to_end(&mut buf) {
         // An empty read means the agent dropped this spare (sandbox ending): just leave.
         Ok(0) => std::process::exit(0),

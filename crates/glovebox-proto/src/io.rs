@@ -1,7 +1,7 @@
 //! Async framed I/O over a unix stream (feature `tokio`): the one codec both ends use.
 
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
@@ -27,12 +27,16 @@ pub async fn connect(path: &std::path::Path) -> Result<(Reader, Writer), ConnErr
     Ok(split(UnixStream::connect(path).await?))
 }
 
-pub struct Reader(OwnedReadHalf);
+/// Reads frames through a small buffer: a frame's header and a small body (every JSON
+/// message) arrive in one read instead of two. A body larger than the buffer is read past it.
+pub struct Reader(BufReader<OwnedReadHalf>);
 pub struct Writer(OwnedWriteHalf);
+
+const READ_BUFFER: usize = 8 << 10;
 
 pub fn split(s: UnixStream) -> (Reader, Writer) {
     let (r, w) = s.into_split();
-    (Reader(r), Writer(w))
+    (Reader(BufReader::with_capacity(READ_BUFFER, r)), Writer(w))
 }
 
 impl Reader {
@@ -66,8 +70,7 @@ impl Writer {
     pub async fn data(&mut self, kind: Kind, bytes: &[u8]) -> Result<(), ConnError> {
         for chunk in bytes.chunks(frame::CHUNK) {
             let h = frame::header(kind, chunk.len())?;
-            self.0.write_all(&h).await?;
-            self.0.write_all(chunk).await?;
+            self.header_and(&h, chunk).await?;
         }
         Ok(())
     }
@@ -75,8 +78,24 @@ impl Writer {
     pub async fn json<T: Serialize>(&mut self, msg: &T) -> Result<(), ConnError> {
         let body = serde_json::to_vec(msg)?;
         let h = frame::header(Kind::Json, body.len())?;
-        self.0.write_all(&h).await?;
-        self.0.write_all(&body).await?;
+        self.header_and(&h, &body).await
+    }
+
+    /// A header and its body in one write where the socket takes them (each write wakes the
+    /// reader; two per frame cost the other side a wake-up and a read).
+    async fn header_and(&mut self, h: &[u8], body: &[u8]) -> Result<(), ConnError> {
+        let mut done = 0;
+        let total = h.len() + body.len();
+        while done < h.len() {
+            let bufs = [std::io::IoSlice::new(&h[done..]), std::io::IoSlice::new(body)];
+            match self.0.write_vectored(&bufs).await? {
+                0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                n => done += n,
+            }
+        }
+        if done < total {
+            self.0.write_all(&body[done - h.len()..]).await?;
+        }
         Ok(())
     }
 
@@ -87,5 +106,52 @@ impl Writer {
     pub async fn flush(&mut self) -> Result<(), ConnError> {
         self.0.flush().await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames cross a socket whole and in order when a writer's header-and-body writes are cut
+    /// short (a body bigger than the socket's buffer, read slowly) and when many small frames
+    /// arrive in one read of the reader's buffer.
+    #[test]
+    fn frames_survive_short_writes_and_shared_reads() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (a, b) = UnixStream::pair().unwrap();
+            let (_ra, mut w) = split(a);
+            let (mut r, _wb) = split(b);
+            let big: Vec<u8> = (0..(3 * frame::CHUNK + 12_345)).map(|i| (i * 7 % 251) as u8).collect();
+            let sent = big.clone();
+            let writer = tokio::spawn(async move {
+                for i in 0..100u32 {
+                    w.json(&Reply::Pong { version: i }).await.unwrap();
+                }
+                w.data(Kind::Stdout, &sent).await.unwrap();
+                w.json(&Reply::Pong { version: 7 }).await.unwrap();
+            });
+            // Let the writer fill the socket before anything is read.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            for i in 0..100u32 {
+                match r.json::<Reply>().await.unwrap() {
+                    Reply::Pong { version } => assert_eq!(version, i),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            let mut got = Vec::new();
+            while got.len() < big.len() {
+                let (kind, body) = r.next().await.unwrap().expect("a data frame");
+                assert_eq!(kind, Kind::Stdout);
+                assert!(body.len() <= frame::CHUNK);
+                got.extend_from_slice(&body);
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            assert_eq!(got, big);
+            assert!(matches!(r.json::<Reply>().await.unwrap(), Reply::Pong { version: 7 }));
+            writer.await.unwrap();
+            drop(_ra);
+        });
     }
 }
