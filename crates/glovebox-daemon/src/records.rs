@@ -7,12 +7,13 @@
 //! whatever is left when a sandbox ends is fetched from its agent before the kill
 //! ([`flush`]), bounded in time. Language kernels are not commands and are not recorded.
 //!
-//! The inserts happen on a thread of their own ([`Writer`]), batched, after the result is on
-//! its way: an insert and its WAL commit cost about 0.1 ms of CPU, a twentieth of an exec
-//! round trip. Every read of the records first waits for the writer to catch up
-//! ([`Writer::settle`]), so a record is never missing to a reader that asks after the
-//! command's result came back. A daemon killed within that fraction of a millisecond loses
-//! the record; the agent still has the command, and a re-adopted sandbox serves it from there.
+//! The inserts happen on a thread of their own ([`Writer`]), batched, [`LINGER`] after the
+//! record (so after the result is on its way, not beside it on a two-core host): an insert
+//! and its WAL commit cost about 0.1 ms of CPU, a twentieth of an exec round trip. Every read
+//! of the records first waits for the writer to catch up ([`Writer::settle`], which ends the
+//! wait at once), so a record is never missing to a reader that asks after the command's
+//! result came back. A daemon killed within those two milliseconds loses the record; the
+//! agent still has the command, and a re-adopted sandbox serves it from there.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -26,6 +27,8 @@ use crate::store::{CommandRecord, Store};
 
 /// Records written in one transaction at most.
 const BATCH: usize = 256;
+/// How long the writer waits after a record before inserting it (see [`Writer::start`]).
+const LINGER: Duration = Duration::from_millis(2);
 /// The longest a reader waits for the writer to catch up.
 const SETTLE_BOUND: Duration = Duration::from_secs(2);
 
@@ -48,6 +51,10 @@ impl Writer {
             // Ends when the manager (the only sender) is dropped.
             while let Ok(first) = rx.recv() {
                 let (mut batch, mut settled) = (Vec::new(), Vec::new());
+                // A record arrives just before its command's result is written to the client:
+                // the insert waits a moment (or until a reader asks) so that it runs after the
+                // reply rather than beside it, and takes whatever else came meanwhile along.
+                let linger_until = std::time::Instant::now() + LINGER;
                 let mut next = Some(first);
                 while let Some(m) = next.take() {
                     match m {
@@ -55,7 +62,12 @@ impl Writer {
                         Msg::Settled(t) => settled.push(t),
                     }
                     if batch.len() < BATCH {
-                        next = rx.try_recv().ok();
+                        let wait = linger_until.saturating_duration_since(std::time::Instant::now());
+                        next = if settled.is_empty() && !wait.is_zero() {
+                            rx.recv_timeout(wait).ok()
+                        } else {
+                            rx.try_recv().ok()
+                        };
                     }
                 }
                 if !batch.is_empty() {
