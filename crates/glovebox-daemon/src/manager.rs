@@ -218,19 +218,19 @@ impl Shells {
     }
 
     /// No more shells: removes the one ready and waits (at most 2 s) for one being made,
-    /// which then removes itself.
-    fn close(&self) {
+    /// which then removes itself. Neither blocks the runtime's thread.
+    async fn close(&self) {
         let s = {
             let mut g = lock(&self.ready);
             g.1 = true;
             g.0.take()
         };
         if let Some(s) = s {
-            discard_shell(s);
+            let _ = tokio::task::spawn_blocking(move || discard_shell(s)).await;
         }
         let t = Instant::now();
         while self.filling.load(std::sync::atomic::Ordering::Acquire) && t.elapsed() < Duration::from_secs(2) {
-            std::thread::sleep(Duration::from_millis(1));
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }
@@ -1604,7 +1604,7 @@ impl Manager {
         for b in pooled {
             discard(b);
         }
-        self.shells.close();
+        self.shells.close().await;
         self.settle_releases().await;
         self.net.teardown_table();
         let _ = fs::remove_dir_all(&self.skel);
@@ -1619,7 +1619,7 @@ impl Manager {
         for b in pooled {
             discard(b);
         }
-        self.shells.close();
+        self.shells.close().await;
         self.settle_releases().await;
         // Dropping a sandbox's handle frees its uid slot: forget them instead (the process
         // is ending), so the slots stay taken for the next start to re-take.
