@@ -123,10 +123,9 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         }
         for d in SKEL_BOUND {
             let (src, dst) = (skel.join(d), root.join(d));
-            if src.is_dir() {
-                // A bind of the id-mapped, read-only skeleton: it stays both.
-                mkdir(&dst, 0o755)?;
-                chown(&dst, r)?;
+            // Its mount point was made with the skeleton (where the skeleton has it). A bind of
+            // the id-mapped, read-only skeleton: it stays both.
+            if dst.is_dir() {
                 sys::mount(Some(&src.display().to_string()), &dst, None, libc::MS_BIND, None).ctx_at("bind", &dst)?;
             }
         }
@@ -204,11 +203,13 @@ const SKEL_BOUND: [&str; 1] = ["opt/glovebox"];
 const SKEL_LINKS: &[&str] = &["bin", "sbin", "lib", "lib64", "lib32", "libx32"];
 
 /// Makes the skeleton's directories and symlinks (read from `skel`, the skeleton's id-mapped
-/// bind) in the empty `root` (owned by `uid`, the sandbox's root), owned by `uid` too.
+/// bind) and the mount points of [`SKEL_BOUND`] in the empty `root` (owned by `uid`, the
+/// sandbox's root), owned by `uid` too.
 fn flat_skeleton(skel: &Path, root: &Path, uid: u32) -> Result<()> {
     // Read as host root: `skel` sits below the root-only `lower/`.
     let links: Vec<(&str, PathBuf)> =
         SKEL_LINKS.iter().filter_map(|l| fs::read_link(skel.join(l)).ok().map(|t| (*l, t))).collect();
+    let bound: Vec<&str> = SKEL_BOUND.iter().copied().filter(|d| skel.join(d).is_dir()).collect();
     // Made as the sandbox's root (the filesystem ids only: no chown per entry, and host root's
     // capabilities come back with fsuid 0) and with the modes exactly as listed (the sticky
     // temp dirs): no umask. Single-threaded here, so nothing else sees either change.
@@ -223,6 +224,11 @@ fn flat_skeleton(skel: &Path, root: &Path, uid: u32) -> Result<()> {
         for (l, t) in &links {
             let link = root.join(l);
             symlink(t, &link).ctx_at("symlink", &link)?;
+        }
+        // The mount points of what `build` binds, where the skeleton has it.
+        for d in &bound {
+            let dst = root.join(d);
+            fs::DirBuilder::new().mode(0o755).create(&dst).ctx_at("mkdir", &dst)?;
         }
         Ok(())
     })();
