@@ -26,6 +26,9 @@ Own groups, after the rounds:
   peer.host_plot_*           the same cell on the host: first and second run in a python
                              preloaded as the kernel is, and a cold python3
   net.create_*               create with network deny-all vs an allow-list (pool 0)
+  api.*_after_idle           exec true, GET .../{id} and a host fork/exec of true (the peer),
+                             each after IDLE_GAP_S of quiet: what a call costs when the
+                             machine was idle before it, as an agent's calls, seconds apart, find it
   runc, runsc                alone (their asynchronous teardown spills into the next run)
 Phases with their own units:
   files     PUT then GET of 1 MiB and 100 MiB: MiB/s (host tmpfs from Python as the peer)
@@ -393,6 +396,35 @@ class LiveSandbox:
         if self.sid is not None:
             self.api.destroy(self.sid)
             self.sid = None
+
+
+IDLE_GAP_S = 0.05
+
+
+class AfterIdle:
+    """exec true, GET and a host fork/exec of true, each after IDLE_GAP_S with nothing sent
+    (the back-to-back loops above keep the machine busy between calls; an agent's calls come
+    seconds apart). The host spawn is the peer: what the same idle costs without Glovebox."""
+
+    def __init__(self, api):
+        self.live = LiveSandbox(api)
+
+    def step(self, _i):
+        api, sid = self.live.api, self.live.sid
+        time.sleep(IDLE_GAP_S)
+        t0 = time.perf_counter_ns()
+        api.exec_true(sid)
+        out = {"api.exec_after_idle": ms_since(t0)}
+        time.sleep(IDLE_GAP_S)
+        t0 = time.perf_counter_ns()
+        api.expect("GET", f"/v1/sandboxes/{sid}", None, 200)
+        out["api.get_after_idle"] = ms_since(t0)
+        time.sleep(IDLE_GAP_S)
+        ms, rc = run_once(["true"], None)
+        if rc != 0:
+            raise BenchError("true failed on the host")
+        out["peer.true_after_idle"] = ms
+        return out
 
 
 def check_seed(r):
@@ -1112,6 +1144,9 @@ ORDER = [
     ("api.exec_roundtrip", "Glovebox API: exec true in a live sandbox"),
     ("api.get_roundtrip", "  GET /v1/sandboxes/{id} (the HTTP + auth + JSON floor)"),
     ("api.run_code", "Glovebox API: run_code 1+1 in a warm python context"),
+    ("api.exec_after_idle", "Glovebox API: exec true in a live sandbox, after 50 ms idle"),
+    ("api.get_after_idle", "  GET /v1/sandboxes/{id}, after 50 ms idle"),
+    ("peer.true_after_idle", "  peer: true (fork/exec from Python), after 50 ms idle"),
     ("cli.run_daemon", "glovebox run -- true (daemon, warm pool 0)"),
     ("cli.run_embedded", "glovebox run -- true (embedded)"),
     ("peer.bwrap", "bwrap --unshare-all (ro /usr) true"),
@@ -1425,6 +1460,10 @@ def main():
         add("api.exec_roundtrip", n, a.warmup, live_sb.step, live_sb.setup, live_sb.teardown)
         code_sb = LiveSandbox(api.clone(), code=True)
         add("api.run_code", n, a.warmup, code_sb.step, code_sb.setup, code_sb.teardown)
+        # Its own group: interleaved with the others, the gaps would not be quiet.
+        idle = AfterIdle(api.clone())
+        add("api.exec_after_idle", max(15, n // 2), min(a.warmup, 5), idle.step, idle.live.setup,
+            idle.live.teardown, group="idle")
     if papi is None or a.pool_size == 0:
         unavailable["pool.*"] = "no --pool-url daemon with a warm pool"
     else:
@@ -1600,7 +1639,8 @@ def main():
         if what in b:
             ced50 = b[what]["p50"]
             results["ratios"][what] = {k[len("peer."):]: ced50 / v["p50"] for k, v in b.items()
-                                       if k.startswith("peer.") and not k.startswith("peer.host_plot") and v["p50"] > 0}
+                                       if k.startswith("peer.") and not k.startswith("peer.host_plot")
+                                       and not k.endswith("_after_idle") and v["p50"] > 0}
     results["targets"] = evaluate_targets(results)
     results["settings"]["total_s"] = round(time.monotonic() - wall0, 1)
 

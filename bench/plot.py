@@ -36,6 +36,7 @@ PANELS = [
         "pool.create": "create, warm pool 2",
         "api.get_roundtrip": "GET /v1/sandboxes/{id} (HTTP floor)",
         "api.exec_roundtrip": "exec true (live sandbox)",
+        "api.exec_after_idle": "exec true after 50 ms idle",
         "api.run_code": "run_code 1+1 (warm context)",
         "net.create_deny_all": "create, deny-all (pool 0)",
         "net.create_allow_list": "create, allow-list CIDR (pool 0)",
