@@ -1613,7 +1613,8 @@ impl Manager {
 
     /// Daemon shutdown that leaves every sandbox running for the next start to re-adopt:
     /// only the warm pool (never handed out) is torn down. The firewall table stays, so
-    /// linked sandboxes stay filtered (cut off from the resolver and proxy) until then.
+    /// linked sandboxes stay filtered (cut off from the resolver and proxy) until then —
+    /// unless no sandbox is left, when the table and the base skeleton go too.
     pub async fn leave_for_restart(&self) {
         let pooled: Vec<Booted> = lock(&self.pool).drain(..).collect();
         for b in pooled {
@@ -1626,6 +1627,12 @@ impl Manager {
         let live: Vec<Arc<Sb>> =
             self.live.write().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, sb)| sb).collect();
         tracing::info!("leaving {} sandboxes running for the next start", live.len());
+        if live.is_empty() {
+            // Nothing for a next start to re-adopt, and maybe no next start: what only linked
+            // or running sandboxes need goes as at a destroying shutdown.
+            self.net.teardown_table();
+            let _ = fs::remove_dir_all(&self.skel);
+        }
         for sb in live {
             std::mem::forget(sb);
         }

@@ -185,3 +185,23 @@ fn policies_are_enforced_on_the_host_side() {
     d.shutdown_and_check_leaks();
     inet::assert_no_net_state(pid);
 }
+
+#[test]
+fn a_daemon_stopped_with_no_sandbox_left_leaves_no_firewall_table() {
+    require_root!();
+    // A keeping daemon (the default): SIGTERM leaves sandboxes for the next start, and with
+    // them its table; with none left, nothing of its networking may stay.
+    let mut d = Daemon::start_keeping();
+    let id = d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": ["198.51.100.0/24"] } })));
+    let pid = d.pid();
+    let tables = run_bounded(Command::new("nft").args(["list", "tables"]), None, Duration::from_secs(5)).stdout_str();
+    assert!(
+        tables.lines().any(|l| l.trim() == format!("table inet glovebox_{pid}")),
+        "control: an allow-list sandbox gives the daemon a table: {tables}"
+    );
+    let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 204, "{v}");
+    d.stop();
+    inet::assert_no_net_state(pid);
+    d.shutdown_and_check_leaks();
+}
