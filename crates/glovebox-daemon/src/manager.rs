@@ -1600,15 +1600,26 @@ impl Manager {
         for id in ids {
             self.destroy(&id, reason).await;
         }
+        self.drop_made_ahead().await;
+        self.release_own_state();
+        self.reap_skeletons();
+    }
+
+    /// At shutdown: the warm pool and the shells made ahead (never handed out) go, and the
+    /// releases of destroyed sandboxes still running finish.
+    async fn drop_made_ahead(&self) {
         let pooled: Vec<Booted> = lock(&self.pool).drain(..).collect();
         for b in pooled {
             discard(b);
         }
         self.shells.close().await;
         self.settle_releases().await;
+    }
+
+    /// What only this process's sandboxes need: its firewall table and base skeleton.
+    fn release_own_state(&self) {
         self.net.teardown_table();
         let _ = fs::remove_dir_all(&self.skel);
-        self.reap_skeletons();
     }
 
     /// Daemon shutdown that leaves every sandbox running for the next start to re-adopt:
@@ -1616,22 +1627,15 @@ impl Manager {
     /// linked sandboxes stay filtered (cut off from the resolver and proxy) until then —
     /// unless no sandbox is left, when the table and the base skeleton go too.
     pub async fn leave_for_restart(&self) {
-        let pooled: Vec<Booted> = lock(&self.pool).drain(..).collect();
-        for b in pooled {
-            discard(b);
-        }
-        self.shells.close().await;
-        self.settle_releases().await;
+        self.drop_made_ahead().await;
         // Dropping a sandbox's handle frees its uid slot: forget them instead (the process
         // is ending), so the slots stay taken for the next start to re-take.
         let live: Vec<Arc<Sb>> =
             self.live.write().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, sb)| sb).collect();
         tracing::info!("leaving {} sandboxes running for the next start", live.len());
         if live.is_empty() {
-            // Nothing for a next start to re-adopt, and maybe no next start: what only linked
-            // or running sandboxes need goes as at a destroying shutdown.
-            self.net.teardown_table();
-            let _ = fs::remove_dir_all(&self.skel);
+            // Nothing for a next start to re-adopt, and maybe no next start.
+            self.release_own_state();
         }
         for sb in live {
             std::mem::forget(sb);

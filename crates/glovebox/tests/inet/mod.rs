@@ -167,11 +167,17 @@ pub fn links_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Whether daemon `pid` has its nft table, with `nft list tables` for the message.
+pub fn has_table(pid: u32) -> (bool, String) {
+    let tables = run_bounded(Command::new("nft").args(["list", "tables"]), None, Duration::from_secs(5)).stdout_str();
+    let owner = format!("table inet glovebox_{pid}");
+    (tables.lines().any(|l| l.trim() == owner), tables)
+}
+
 /// Nothing of the daemon `pid`'s networking is left: no link it made, no nft table.
 pub fn assert_no_net_state(pid: u32) {
     let left = links_of(pid);
     assert!(left.is_empty(), "sandbox links left behind: {left:?}");
-    let tables = run_bounded(Command::new("nft").args(["list", "tables"]), None, Duration::from_secs(5)).stdout_str();
-    let owner = format!("table inet glovebox_{pid}");
-    assert!(!tables.lines().any(|l| l.trim() == owner), "the daemon's table is left: {tables}");
+    let (left, tables) = has_table(pid);
+    assert!(!left, "the daemon's table is left: {tables}");
 }
