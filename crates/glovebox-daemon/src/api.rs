@@ -225,7 +225,9 @@ impl From<Error> for ApiError {
         let (status, code) = match &e {
             Error::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Error::SandboxNotFound(_) => (StatusCode::NOT_FOUND, "sandbox_not_found"),
-            Error::NotFound { what: "template", .. } => (StatusCode::NOT_FOUND, "template_not_found"),
+            Error::NotFound { what: "template", .. } | Error::TemplateNotBuilt { .. } => {
+                (StatusCode::NOT_FOUND, "template_not_found")
+            }
             Error::NotFound { what: "context", .. } => (StatusCode::NOT_FOUND, "context_not_found"),
             Error::NotFound { what: "command", .. } => (StatusCode::NOT_FOUND, "command_not_found"),
             Error::NotFound { what: "secret", .. } => (StatusCode::NOT_FOUND, "secret_not_found"),
@@ -273,16 +275,37 @@ impl From<Error> for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// `Json` with rejections turned into our error shape (400 + what was wrong).
+/// `Json` with rejections turned into our error shape (400 + what was wrong). The body must
+/// be a JSON object: serde would otherwise read a struct from an array of its fields, so
+/// `[]` would pass for `{}`.
 pub struct Json<T>(pub T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Json(v)),
+        match axum::Json::<Object<T>>::from_request(req, state).await {
+            Ok(axum::Json(Object(v))) => Ok(Json(v)),
             Err(r) => Err(json_rejection(r)),
         }
+    }
+}
+
+/// A `T` read only from a JSON object.
+struct Object<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData)).map(Object)
     }
 }
 

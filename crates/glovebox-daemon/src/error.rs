@@ -11,6 +11,9 @@ pub enum Error {
     SandboxNotFound(String),
     #[error("{what} {name:?} not found")]
     NotFound { what: &'static str, name: String },
+    /// A template that ships with Glovebox but is built on the host first (the hint says how).
+    #[error("template {name:?} not found (build it with {build_with})")]
+    TemplateNotBuilt { name: String, build_with: &'static str },
     #[error("sandbox {id} is gone ({})", reason.as_str())]
     Gone { id: String, reason: EndReason },
     #[error("{0}")]

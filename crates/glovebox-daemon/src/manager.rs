@@ -1189,9 +1189,9 @@ impl Manager {
                         defaults: None,
                     })
                 } else {
-                    Err(Error::NotFound {
-                        what: "template",
-                        name: format!("{name} (build it with scripts/build-code-interpreter)"),
+                    Err(Error::TemplateNotBuilt {
+                        name: name.to_string(),
+                        build_with: "scripts/build-code-interpreter",
                     })
                 }
             }

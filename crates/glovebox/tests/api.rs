@@ -283,7 +283,18 @@ fn bad_input_is_a_clear_4xx() {
     ] {
         assert_error(what, create(body), 400, Some("invalid_request"));
     }
+    for (what, body) in [("an array", "[]"), ("an array of a field", "[5]"), ("null", "null"), ("a number", "5")] {
+        let (st, v) = create(body);
+        assert_error(what, (st, v.clone()), 400, Some("invalid_request"));
+        assert!(v["error"]["message"].as_str().unwrap().contains("a JSON object"), "{what}: says what it wants: {v}");
+    }
     assert_error("unknown template", create(r#"{"template":"nope"}"#), 404, Some("template_not_found"));
+    let (st, v) = create(r#"{"template":"code-interpreter"}"#);
+    assert_error("template not built", (st, v.clone()), 404, Some("template_not_found"));
+    assert_eq!(
+        v["error"]["message"], "template \"code-interpreter\" not found (build it with scripts/build-code-interpreter)",
+        "the hint sits outside the quoted name"
+    );
     assert_error(
         "no content type",
         d.send(d.req(Method::POST, "/v1/sandboxes").body("{}")),
@@ -397,5 +408,35 @@ fn bad_path_and_query_params_use_the_error_shape() {
     assert_error("command id not a number", d.get(&format!("/v1/sandboxes/{id}/commands/abc")), 400, None);
     assert_error("wait not a bool", d.get(&format!("/v1/sandboxes/{id}/commands/1?wait=maybe")), 400, None);
     assert_error("files without path", d.get(&format!("/v1/sandboxes/{id}/files/stat")), 400, None);
+    d.shutdown_and_check_leaks();
+}
+
+/// A request line hyper cannot parse (a raw quote and spaces in the path) is answered with a
+/// 400, not a dropped connection; so is one with a body behind it.
+#[test]
+fn unparsable_request_line_is_a_400() {
+    use std::io::{Read, Write};
+    require_root!();
+    let d = Daemon::start();
+    let addr = d.url.trim_start_matches("http://").to_string();
+    let key = &d.key;
+    for req in [
+        "GET /v1/sandboxes/a b\"c HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+        format!("GET /v1/sandboxes/a b\"c HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n"),
+        format!(
+            "POST /v1/sandboxes/a \"b\" c/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: 12\r\n\r\n{{\"cmd\":\"ls\"}}"
+        ),
+    ] {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        let _ = s.take(4096).read_to_end(&mut buf);
+        let text = String::from_utf8_lossy(&buf);
+        assert!(text.starts_with("HTTP/1.1 400 "), "{req:?} got {text:?}");
+    }
+    let (st, _) = d.get("/v1/sandboxes");
+    assert_eq!(st, 200, "the daemon still answers");
     d.shutdown_and_check_leaks();
 }

@@ -96,7 +96,7 @@ impl From<Error> for RpcError {
         let code = match &e {
             Error::Invalid(_) => Code::InvalidArgument,
             Error::SandboxNotFound(_) | Error::Gone { .. } => Code::Unavailable,
-            Error::NotFound { .. } => Code::NotFound,
+            Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => Code::NotFound,
             Error::Conflict(_) => Code::FailedPrecondition,
             Error::Unavailable(_) | Error::Quota(_) => Code::ResourceExhausted,
             Error::File { code, .. } => match code {

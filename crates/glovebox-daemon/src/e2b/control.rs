@@ -50,6 +50,9 @@ fn cp_error(e: Error) -> RestError {
         Error::NotFound { what: "template", name } => {
             RestError::new(StatusCode::NOT_FOUND, format!("template '{name}' not found"))
         }
+        Error::TemplateNotBuilt { name, build_with } => {
+            RestError::new(StatusCode::NOT_FOUND, format!("template '{name}' not found (build it with {build_with})"))
+        }
         e => RestError::from(e),
     }
 }

@@ -140,7 +140,7 @@ impl From<Error> for RestError {
         let status = match &e {
             Error::Invalid(_) => StatusCode::BAD_REQUEST,
             Error::SandboxNotFound(id) | Error::Gone { id, .. } => return RestError::sandbox_gone(id),
-            Error::NotFound { .. } => StatusCode::NOT_FOUND,
+            Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
