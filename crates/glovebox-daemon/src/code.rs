@@ -489,7 +489,7 @@ pub fn run_code_stream(
             Ok(e) => CodeStreamLine::End { execution_count: e.execution_count, context_restarted: e.context_restarted },
             Err(e) => CodeStreamLine::Error(CodeError {
                 name: "GloveboxError".into(),
-                value: crate::api::ApiError::from(e).into_detail().message,
+                value: e.into_detail().message,
                 traceback: String::new(),
             }),
         };

@@ -1,8 +1,12 @@
-use glovebox_proto::api::EndReason;
+//! The daemon's domain error, and its one mapping to the API's stable error codes (the HTTP
+//! layer adds the status; streams that fail after their status was sent use the detail alone).
+
+use glovebox_proto::agent::ErrorCode as AgentCode;
+use glovebox_proto::api::{EndReason, ErrorCode, ErrorDetail};
 use thiserror::Error;
 
-/// Everything the manager can refuse or fail with. The API maps each variant to one status
-/// and one stable code (see `api::ApiError`).
+/// Everything the manager can refuse or fail with. Each variant has one stable code
+/// ([`Error::code`]).
 #[derive(Debug, Error)]
 pub enum Error {
     #[error("{0}")]
@@ -38,6 +42,66 @@ pub enum Error {
 impl From<glovebox_proto::io::ConnError> for Error {
     fn from(e: glovebox_proto::io::ConnError) -> Self {
         Error::Agent(e.to_string())
+    }
+}
+
+impl Error {
+    /// The stable code this error is reported with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::Invalid(_) => ErrorCode::InvalidRequest,
+            Error::SandboxNotFound(_) => ErrorCode::SandboxNotFound,
+            Error::NotFound { what: "template", .. } | Error::TemplateNotBuilt { .. } => ErrorCode::TemplateNotFound,
+            Error::NotFound { what: "context", .. } => ErrorCode::ContextNotFound,
+            Error::NotFound { what: "command", .. } => ErrorCode::CommandNotFound,
+            Error::NotFound { what: "secret", .. } => ErrorCode::SecretNotFound,
+            Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::Gone { .. } => ErrorCode::SandboxGone,
+            Error::Conflict(_) => ErrorCode::Conflict,
+            Error::Unavailable(_) => ErrorCode::Unavailable,
+            Error::Quota(_) => ErrorCode::QuotaExceeded,
+            Error::Start(_) => ErrorCode::StartFailed,
+            Error::File { code, .. } => match code {
+                AgentCode::NotFound => ErrorCode::FileNotFound,
+                AgentCode::AlreadyExists => ErrorCode::FileExists,
+                AgentCode::NotADirectory => ErrorCode::NotADirectory,
+                AgentCode::IsADirectory => ErrorCode::IsADirectory,
+                AgentCode::NotEmpty => ErrorCode::DirectoryNotEmpty,
+                AgentCode::PermissionDenied => ErrorCode::PermissionDenied,
+                AgentCode::InvalidArgument => ErrorCode::InvalidPath,
+                AgentCode::NoSpace => ErrorCode::DiskFull,
+                AgentCode::SpawnFailed => ErrorCode::SpawnFailed,
+                AgentCode::Protocol | AgentCode::Io => ErrorCode::AgentError,
+            },
+            Error::Agent(_) => ErrorCode::AgentError,
+            Error::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// What a client is told: the code, the message (an internal fault's details go to the
+    /// log, not to the client) and, for a gone sandbox, why. Logs the faults that are ours.
+    pub fn into_detail(self) -> ErrorDetail {
+        let code = self.code();
+        let reason = match &self {
+            Error::Gone { reason, .. } => Some(*reason),
+            _ => None,
+        };
+        let message = match &self {
+            Error::Start(_) => {
+                tracing::error!("{self}");
+                self.to_string()
+            }
+            Error::Agent(_) => {
+                tracing::warn!("{self}");
+                self.to_string()
+            }
+            Error::Internal(_) => {
+                tracing::error!("{self}");
+                "internal error (see the daemon log)".to_string()
+            }
+            _ => self.to_string(),
+        };
+        ErrorDetail { code, message, reason }
     }
 }
 

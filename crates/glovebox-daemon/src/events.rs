@@ -9,18 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::{Extension, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use glovebox_proto::api::{EndReason, EventKind, EventList, LifecycleEvent, SandboxState};
-use serde::Deserialize;
+use glovebox_proto::api::{EndReason, EventKind, LifecycleEvent, SandboxState};
 
-use crate::api::{ApiError, AppState, Path, Query};
 use crate::error::Error;
 use crate::store::{EventRecord, State as StoreState, Store};
-use crate::tenants::Caller;
 use crate::util::rfc3339;
 
 /// Most events one list answer (or one read of a follow stream) returns.
@@ -77,7 +70,7 @@ impl Events {
 
     /// NDJSON lines of the events after `after` that `keep` lets through, then of new ones
     /// as they happen, for `duration`.
-    fn follow(
+    pub fn follow(
         self: Arc<Self>,
         sandbox_id: Option<String>,
         after: i64,
@@ -162,73 +155,5 @@ fn view(r: EventRecord) -> Option<LifecycleEvent> {
     })
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventsQuery {
-    /// Only events with a larger sequence number.
-    #[serde(default)]
-    after: i64,
-    #[serde(default)]
-    limit: Option<usize>,
-    /// Stream NDJSON: the backlog, then new events as they happen, until `timeout_s`.
-    #[serde(default)]
-    follow: bool,
-    #[serde(default)]
-    timeout_s: Option<u64>,
-}
-
 /// Which events a caller may see.
-type Filter = Arc<dyn Fn(&LifecycleEvent) -> bool + Send + Sync>;
-
-fn answer(st: &AppState, sandbox_id: Option<String>, q: EventsQuery, keep: Filter) -> Result<Response, ApiError> {
-    let ev = st.manager.events.clone();
-    if q.follow {
-        let secs = q.timeout_s.unwrap_or(300);
-        if secs == 0 || secs > MAX_FOLLOW_S {
-            return Err(Error::Invalid(format!("timeout_s must be between 1 and {MAX_FOLLOW_S}")).into());
-        }
-        let stream = ev.follow(sandbox_id, q.after, Duration::from_secs(secs), keep);
-        return Response::builder()
-            .header(header::CONTENT_TYPE, "application/x-ndjson")
-            .body(Body::from_stream(stream))
-            .map_err(|e| Error::Internal(e.to_string()).into());
-    }
-    let limit = q.limit.unwrap_or(MAX_PAGE);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(Error::Invalid(format!("limit must be between 1 and {MAX_PAGE}")).into());
-    }
-    let events = ev.list(sandbox_id.as_deref(), q.after, limit)?.into_iter().filter(|e| keep(e)).collect();
-    Ok((StatusCode::OK, axum::Json(EventList { events })).into_response())
-}
-
-/// `GET /v1/events`: the caller's sandboxes' events (every tenant's for the admin).
-pub async fn all(
-    Extension(caller): Extension<Caller>,
-    State(st): State<AppState>,
-    Query(q): Query<EventsQuery>,
-) -> Result<Response, ApiError> {
-    let m = st.manager.clone();
-    let keep: Filter = Arc::new(move |e: &LifecycleEvent| {
-        caller.admin || m.owner_of(&e.sandbox_id).is_some_and(|o| caller.may_access(&o))
-    });
-    answer(&st, None, q, keep)
-}
-
-/// `GET /v1/sandboxes/{id}/events`: also for a sandbox that has ended.
-pub async fn of_sandbox(
-    State(st): State<AppState>,
-    Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
-) -> Result<Response, ApiError> {
-    match st.manager.get(&id) {
-        Ok(_) | Err(Error::Gone { .. }) => {}
-        Err(e) => {
-            let known = st.manager.store.sandbox(&id).ok().flatten().is_some();
-            if !known {
-                return Err(e.into());
-            }
-        }
-    }
-    // The auth layer already checked that the caller may address this sandbox.
-    answer(&st, Some(id), q, Arc::new(|_: &LifecycleEvent| true))
-}
+pub type Filter = Arc<dyn Fn(&LifecycleEvent) -> bool + Send + Sync>;

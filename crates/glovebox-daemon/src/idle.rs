@@ -7,18 +7,12 @@
 //! one of these measures for the whole period is stopped (reason `idle`).
 //!
 //! Invariant: every guard handed out is dropped exactly once (it is an RAII value), so the
-//! busy count cannot stay raised by a request that ended.
+//! busy count cannot stay raised by a request that ended. The HTTP layer holds a guard for
+//! each request on a sandbox (`http::activity`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-
-use crate::api::AppState;
 
 #[derive(Debug)]
 pub struct Activity {
@@ -78,33 +72,6 @@ pub async fn commands_running(m: &crate::manager::Manager, sb: &crate::manager::
     }
 }
 
-/// Middleware on `/v1/sandboxes/{id}/…`: the sandbox is busy while the request is handled
-/// and while its response body streams; so is the daemon's sandbox work, which pool refills
-/// wait on.
-pub async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let guard = sandbox_id(req.uri().path())
-        .and_then(|id| st.manager.get(id).ok())
-        .map(|sb| (sb.activity.guard(), st.manager.sandbox_work.guard()));
-    let resp = next.run(req).await;
-    let Some(guard) = guard else { return resp };
-    if axum::body::HttpBody::size_hint(resp.body()).exact().is_some() {
-        return resp; // a complete body: the request is over
-    }
-    let (parts, body) = resp.into_parts();
-    let stream = body.into_data_stream();
-    let guarded = futures_util::StreamExt::map(stream, move |chunk| {
-        let _held = &guard;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(guarded))
-}
-
-fn sandbox_id(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix("/v1/sandboxes/").or_else(|| path.strip_prefix("/sandboxes/"))?;
-    let id = rest.split('/').next()?;
-    (!id.is_empty()).then_some(id)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,14 +89,5 @@ mod tests {
         drop(g2);
         assert!(!a.busy());
         assert!(a.last() >= t0);
-    }
-
-    #[test]
-    fn sandbox_ids_from_paths() {
-        assert_eq!(sandbox_id("/v1/sandboxes/abc/exec"), Some("abc"));
-        assert_eq!(sandbox_id("/sandboxes/abc"), Some("abc"));
-        assert_eq!(sandbox_id("/v1/sandboxes"), None);
-        assert_eq!(sandbox_id("/v1/sandboxes/"), None);
-        assert_eq!(sandbox_id("/v1/events"), None);
     }
 }

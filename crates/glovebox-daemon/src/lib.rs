@@ -3,13 +3,13 @@
 //! embeds it (`glovebox run` without a daemon).
 
 pub mod adopt;
-pub mod api;
 pub mod broker;
 pub mod code;
 pub mod e2b;
 pub mod egress;
 pub mod error;
 pub mod events;
+pub mod http;
 pub mod idle;
 pub mod manager;
 pub mod metrics;

@@ -278,7 +278,7 @@ pub struct Manager {
     pub templates: crate::templates::Templates,
     /// Releases of destroyed sandboxes still under way (see [`Manager::destroy_because`]).
     releases: Mutex<tokio::task::JoinSet<()>>,
-    /// Work on sandboxes in flight: creates, destroys, requests on one (see `idle::track`).
+    /// Work on sandboxes in flight: creates, destroys, requests on one (see `http::activity`).
     /// Pool refills wait for a quiet moment (see [`Manager::until_quiet`]).
     pub(crate) sandbox_work: Arc<crate::idle::Activity>,
 }

@@ -289,7 +289,7 @@ pub async fn exec_stream(
                 count_command(&m, &res, t0.elapsed());
                 ExecStreamLine::Exited(res)
             }
-            Err(e) => ExecStreamLine::Error { error: crate::api::ApiError::from(e).into_detail() },
+            Err(e) => ExecStreamLine::Error { error: e.into_detail() },
         };
         let _ = tx.send(line(&last)).await;
     });

@@ -1,4 +1,5 @@
-//! Running the daemon: API key, agent binary discovery, the listener, graceful shutdown.
+//! Running the daemon: API key, agent binary discovery, the front-ends behind one listener,
+//! graceful shutdown.
 
 use std::fs;
 use std::io::Write;
@@ -6,7 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::api::{router, AppState};
+use crate::http::{count_responses, AppState};
 use crate::manager::Manager;
 use crate::util::random_token;
 
@@ -39,6 +40,14 @@ pub fn find_agent() -> Option<PathBuf> {
     [dir.join("glovebox-agent"), dir.parent()?.join("glovebox-agent")].into_iter().find(|p| p.is_file())
 }
 
+/// The daemon's whole HTTP surface: the native API and the E2B-compatible one, each
+/// response counted.
+pub fn app(state: AppState) -> axum::Router {
+    crate::http::router(state.clone())
+        .merge(crate::e2b::router(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(state, count_responses))
+}
+
 /// How long a client may take to send a request's headers (slow clients are cut off).
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// How long shutdown waits for requests in flight.
@@ -57,7 +66,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
-    let app = router(AppState { manager, api_key: Arc::new(api_key) });
+    let app = app(AppState { manager, api_key: Arc::new(api_key) });
     let (close_tx, close_rx) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {

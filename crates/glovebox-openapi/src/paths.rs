@@ -1,5 +1,5 @@
 //! The hand-written half of the document: one row per (method, route) the daemon serves
-//! (`crates/glovebox-daemon/src/api.rs`, `router`), naming the request and response bodies
+//! (`crates/glovebox-daemon/src/http/mod.rs`, `router`), naming the request and response bodies
 //! by their schema names. The `valid` test parses the router's `.route("…")` calls and fails
 //! when a route or method here is missing.
 

@@ -1,6 +1,6 @@
 //! The committed document is a well-formed OpenAPI 3.0 description of the daemon as it is:
 //! it parses, every `$ref` resolves, every route and method of the daemon's router
-//! (`.route("…", …)` in crates/glovebox-daemon/src/api.rs, read at test time) is in `paths`
+//! (`.route("…", …)` in crates/glovebox-daemon/src/http/mod.rs, read at test time) is in `paths`
 //! and nothing else is, path parameters are declared, and errors use `ErrorBody`. Then the
 //! `openapi-spec-validator` Python package checks it against the OpenAPI meta-schema.
 
@@ -116,17 +116,18 @@ fn the_api_types_are_components() {
 
 /// (method, full path) of every route in the daemon's router, read from its source.
 fn router_routes() -> BTreeSet<(String, String)> {
-    let path = repo().join("crates/glovebox-daemon/src/api.rs");
+    let path = repo().join("crates/glovebox-daemon/src/http/mod.rs");
     let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let start = src.find("pub fn router(").expect("`pub fn router(` in the daemon's api.rs");
+    let start = src.find("pub fn router(").expect("`pub fn router(` in the daemon's http/mod.rs");
     let body = &src[start..];
     let body = &body[..body.find("\n}\n").expect("end of fn router")];
     // Routes in the `let v1 = …;` statement are nested under `/v1`; the rest are at the root.
     let v1_start = body.find("let v1 = ").expect("`let v1 = ` in fn router");
     let v1_end = v1_start + body[v1_start..].find(";\n").expect("end of the v1 statement");
     let mut routes = BTreeSet::new();
-    for (at, _) in body.match_indices(".route(\"") {
-        let rest = &body[at + 8..];
+    for (at, _) in body.match_indices(".route(") {
+        // rustfmt may break a long call after `.route(`.
+        let Some(rest) = body[at + 7..].trim_start().strip_prefix('"') else { continue };
         let route = &rest[..rest.find('"').expect("closing quote")];
         // The handler expression: up to the `)` that closes `.route(`.
         let (mut depth, mut end) = (1, 0);

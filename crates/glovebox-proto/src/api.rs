@@ -443,11 +443,131 @@ pub struct ErrorBody {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorDetail {
     /// Stable machine-readable code, e.g. `sandbox_gone`, `invalid_request`.
-    pub code: String,
+    pub code: ErrorCode,
     pub message: String,
     /// For `sandbox_gone`: why it is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<EndReason>,
+}
+
+/// The stable machine codes of error responses: every error the native API returns carries
+/// one, and the SDKs map them to their exception classes (a test checks that both SDKs know
+/// exactly this set). A code, once published, keeps its meaning; new ones may be added.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request was malformed or out of bounds (400; 413 too large; 415 not JSON).
+    InvalidRequest,
+    /// No or a wrong API key (401).
+    Unauthorized,
+    /// The key may not do this (403), e.g. an admin-only route.
+    Forbidden,
+    /// No such route, or no such object of a kind without a code of its own (404).
+    NotFound,
+    /// No such sandbox, or one another tenant owns (404).
+    SandboxNotFound,
+    /// The sandbox has ended (410); `reason` says why.
+    SandboxGone,
+    TemplateNotFound,
+    ContextNotFound,
+    CommandNotFound,
+    SecretNotFound,
+    /// The state forbids it (409).
+    Conflict,
+    /// The daemon cannot take it now, e.g. shutting down (503).
+    Unavailable,
+    /// A tenant quota would be exceeded (429).
+    QuotaExceeded,
+    /// The sandbox could not be started (500).
+    StartFailed,
+    /// A template build failed (422).
+    BuildFailed,
+    /// File API codes, from the agent inside the sandbox.
+    FileNotFound,
+    FileExists,
+    NotADirectory,
+    IsADirectory,
+    DirectoryNotEmpty,
+    PermissionDenied,
+    InvalidPath,
+    DiskFull,
+    /// The command could not be started (bad executable, working directory …).
+    SpawnFailed,
+    /// The sandbox's agent broke protocol or vanished mid-request (502).
+    AgentError,
+    /// A fault of the daemon; details are in its log (500).
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of the enum.
+    pub const ALL: [ErrorCode; 26] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::NotFound,
+        ErrorCode::SandboxNotFound,
+        ErrorCode::SandboxGone,
+        ErrorCode::TemplateNotFound,
+        ErrorCode::ContextNotFound,
+        ErrorCode::CommandNotFound,
+        ErrorCode::SecretNotFound,
+        ErrorCode::Conflict,
+        ErrorCode::Unavailable,
+        ErrorCode::QuotaExceeded,
+        ErrorCode::StartFailed,
+        ErrorCode::BuildFailed,
+        ErrorCode::FileNotFound,
+        ErrorCode::FileExists,
+        ErrorCode::NotADirectory,
+        ErrorCode::IsADirectory,
+        ErrorCode::DirectoryNotEmpty,
+        ErrorCode::PermissionDenied,
+        ErrorCode::InvalidPath,
+        ErrorCode::DiskFull,
+        ErrorCode::SpawnFailed,
+        ErrorCode::AgentError,
+        ErrorCode::Internal,
+    ];
+
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::SandboxNotFound => "sandbox_not_found",
+            ErrorCode::SandboxGone => "sandbox_gone",
+            ErrorCode::TemplateNotFound => "template_not_found",
+            ErrorCode::ContextNotFound => "context_not_found",
+            ErrorCode::CommandNotFound => "command_not_found",
+            ErrorCode::SecretNotFound => "secret_not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
+            ErrorCode::StartFailed => "start_failed",
+            ErrorCode::BuildFailed => "build_failed",
+            ErrorCode::FileNotFound => "file_not_found",
+            ErrorCode::FileExists => "file_exists",
+            ErrorCode::NotADirectory => "not_a_directory",
+            ErrorCode::IsADirectory => "is_a_directory",
+            ErrorCode::DirectoryNotEmpty => "directory_not_empty",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::InvalidPath => "invalid_path",
+            ErrorCode::DiskFull => "disk_full",
+            ErrorCode::SpawnFailed => "spawn_failed",
+            ErrorCode::AgentError => "agent_error",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Languages of code contexts.
@@ -658,6 +778,16 @@ pub struct SecretList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_codes_are_their_wire_strings_and_distinct() {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in ErrorCode::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), serde_json::Value::String(c.as_str().into()));
+            assert_eq!(serde_json::from_value::<ErrorCode>(c.as_str().into()).unwrap(), c);
+            assert!(seen.insert(c.as_str()), "{c} twice");
+        }
+    }
 
     #[test]
     fn create_rejects_unknown_fields() {

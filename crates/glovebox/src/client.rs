@@ -44,7 +44,7 @@ impl Client {
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
         match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(b) => Err(ApiFailure { status, code: b.error.code, message: b.error.message }.into()),
+            Ok(b) => Err(ApiFailure { status, code: b.error.code.to_string(), message: b.error.message }.into()),
             Err(_) => {
                 Err(ApiFailure { status, code: "http_error".into(), message: format!("HTTP {status}: {text}") }.into())
             }

@@ -89,7 +89,9 @@ export class CommandExitError extends GloveboxError {
 
 type ErrorClass = new (message: string, options: GloveboxErrorOptions) => GloveboxError;
 
-// The same table as the Python SDK's: the code decides, the status is the fallback.
+// Every code the daemon returns (the Rust enum `glovebox_proto::api::ErrorCode`; a test in
+// crates/glovebox-openapi checks that this table names exactly that set), the same table as
+// the Python SDK's: the code decides the class, the status is the fallback.
 const BY_CODE: Record<string, ErrorClass> = {
   invalid_request: InvalidArgumentError,
   invalid_path: InvalidArgumentError,
@@ -97,17 +99,26 @@ const BY_CODE: Record<string, ErrorClass> = {
   is_a_directory: InvalidArgumentError,
   spawn_failed: InvalidArgumentError,
   unauthorized: AuthError,
+  forbidden: GloveboxError,
+  permission_denied: GloveboxError,
   sandbox_not_found: NotFoundError,
   template_not_found: NotFoundError,
   context_not_found: NotFoundError,
   command_not_found: NotFoundError,
+  secret_not_found: NotFoundError,
   file_not_found: NotFoundError,
   not_found: NotFoundError,
+  sandbox_gone: SandboxGoneError,
   conflict: ConflictError,
   file_exists: ConflictError,
   directory_not_empty: ConflictError,
   quota_exceeded: QuotaError,
-  rate_limited: QuotaError,
+  unavailable: GloveboxError,
+  start_failed: GloveboxError,
+  build_failed: GloveboxError,
+  disk_full: GloveboxError,
+  agent_error: GloveboxError,
+  internal: GloveboxError,
 };
 
 const BY_STATUS: Record<number, ErrorClass> = {

@@ -61,7 +61,7 @@ fn cp_error(e: Error) -> RestError {
 /// answered like one that never existed).
 fn caller_for(st: &E2b, h: &HeaderMap, id: &str) -> Result<Caller, RestError> {
     let caller = check_api_key(st, h)?;
-    crate::api::authorize(&st.app.manager, &caller, id)
+    crate::http::authorize(&st.app.manager, &caller, id)
         .map_err(|_| cp_error(Error::SandboxNotFound(id.to_string())))?;
     Ok(caller)
 }

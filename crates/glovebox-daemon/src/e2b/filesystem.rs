@@ -201,7 +201,7 @@ pub async fn upload(
     let m = &st.app.manager;
     let ct = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     if h.get(header::CONTENT_ENCODING).is_some_and(|e| e.as_bytes() != b"identity") {
-        crate::api::drain(body).await;
+        crate::http::drain(body).await;
         return Err(RestError::new(StatusCode::BAD_REQUEST, "compressed uploads are not supported"));
     }
     let written = |i: &FileInfo| json!({ "name": i.name, "type": "file", "path": i.path });
@@ -229,7 +229,7 @@ pub async fn upload(
         return Ok(axum::Json(out).into_response());
     }
     let Some(path) = q.path else {
-        crate::api::drain(body).await;
+        crate::http::drain(body).await;
         return Err(RestError::new(StatusCode::BAD_REQUEST, "path is required"));
     };
     let info = ops::upload(m, &sb, sandbox_path(&path), None, body.into_data_stream()).await?;

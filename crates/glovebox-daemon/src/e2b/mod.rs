@@ -32,8 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::api::AppState;
 use crate::error::Error;
+use crate::http::AppState;
 use crate::manager::Sb;
 use crate::tenants::Caller;
 use crate::util::{constant_time_eq, random_token};
@@ -78,7 +78,7 @@ pub fn router(app: AppState) -> Router {
     let rpc = Router::new()
         .route("/process.Process/{method}", post(process::rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem::rpc))
-        .layer(DefaultBodyLimit::max(crate::api::MAX_JSON_BODY));
+        .layer(DefaultBodyLimit::max(crate::http::MAX_JSON_BODY));
     let files = Router::new()
         .route("/files", get(filesystem::download).post(filesystem::upload))
         .layer(DefaultBodyLimit::disable());
@@ -165,7 +165,7 @@ impl From<Error> for RestError {
 /// (a tenant's key, or the daemon's admin key). The one place the E2B surface decides who
 /// may manage sandboxes.
 fn check_api_key(st: &E2b, h: &HeaderMap) -> Result<Caller, RestError> {
-    match crate::api::presented_key(h) {
+    match crate::http::presented_key(h) {
         Some(k) => st
             .app
             .manager

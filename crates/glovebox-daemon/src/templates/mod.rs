@@ -8,7 +8,6 @@
 
 pub mod build;
 pub mod debian;
-pub mod http;
 pub mod oci;
 pub mod spec;
 pub mod store;

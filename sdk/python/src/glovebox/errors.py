@@ -117,6 +117,9 @@ class NotSupportedError(GloveboxError):
     """The daemon has no such route: it predates the feature (e.g. network policies)."""
 
 
+# Every code the daemon returns (the Rust enum `glovebox_proto::api::ErrorCode`; a test in
+# crates/glovebox-openapi checks that this table names exactly that set). The code decides the
+# class; the status is the fallback for a code this SDK does not know.
 _BY_CODE: Dict[str, Type[GloveboxError]] = {
     "invalid_request": InvalidArgumentError,
     "invalid_path": InvalidArgumentError,
@@ -124,17 +127,26 @@ _BY_CODE: Dict[str, Type[GloveboxError]] = {
     "is_a_directory": InvalidArgumentError,
     "spawn_failed": InvalidArgumentError,
     "unauthorized": AuthError,
+    "forbidden": GloveboxError,
+    "permission_denied": GloveboxError,
     "sandbox_not_found": NotFoundError,
     "template_not_found": NotFoundError,
     "context_not_found": NotFoundError,
     "command_not_found": NotFoundError,
+    "secret_not_found": NotFoundError,
     "file_not_found": NotFoundError,
     "not_found": NotFoundError,
+    "sandbox_gone": SandboxGoneError,
     "conflict": ConflictError,
     "file_exists": ConflictError,
     "directory_not_empty": ConflictError,
     "quota_exceeded": QuotaError,
-    "rate_limited": QuotaError,
+    "unavailable": GloveboxError,
+    "start_failed": GloveboxError,
+    "build_failed": GloveboxError,
+    "disk_full": GloveboxError,
+    "agent_error": GloveboxError,
+    "internal": GloveboxError,
 }
 
 _BY_STATUS: Dict[int, Type[GloveboxError]] = {

@@ -1,30 +1,24 @@
-//! `/v1/templates` handlers: parse, call, map errors (the work is in `build` and the
-//! manager's template methods).
+//! `/v1/templates` handlers: parse, call, map errors (the work is in `templates::build` and
+//! the manager's template methods).
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use bytes::Bytes;
-use glovebox_proto::api::{BuildLine, BuildTemplate, LayersFreed, TemplateList};
+use glovebox_proto::api::{BuildLine, BuildTemplate, ErrorCode, LayersFreed, TemplateList};
 use tokio_stream::StreamExt;
 
-use crate::api::{ApiError, AppState, Json, Path};
+use super::auth::require_admin;
+use super::error::{ApiError, ApiResult};
+use super::extract::{json, ndjson, wants_ndjson, Json, Path};
+use super::AppState;
+use crate::templates::build;
 use crate::tenants::Caller;
 
 /// Templates are shared by every tenant of the host: building, deleting and collecting
 /// them needs the admin key; any key can list and use them.
-fn require_admin(caller: &Caller) -> Result<(), ApiError> {
-    if caller.admin {
-        Ok(())
-    } else {
-        Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "templates are built and removed with the admin API key"))
-    }
-}
-
-fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
-    (status, axum::Json(v)).into_response()
-}
+const ADMIN_ONLY: &str = "templates are built and removed with the admin API key";
 
 /// `POST /v1/templates`: with `Accept: application/x-ndjson` the build log streams (one
 /// `BuildLine` per line, the last `done` or `error`); otherwise the answer comes at the end
@@ -34,36 +28,24 @@ pub async fn build(
     State(st): State<AppState>,
     headers: HeaderMap,
     Json(req): Json<BuildTemplate>,
-) -> Response {
-    if let Err(e) = require_admin(&caller) {
-        return e.into_response();
-    }
-    let checked = match super::build::check(req) {
-        Ok(c) => c,
-        Err(f) => return ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", f.message).into_response(),
-    };
+) -> ApiResult<Response> {
+    require_admin(&caller, ADMIN_ONLY)?;
+    let checked = build::check(req).map_err(|f| ApiError::new(ErrorCode::InvalidRequest, f.message))?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<BuildLine>(256);
     let m = st.manager.clone();
     let task = tokio::spawn(async move {
         let tx2 = tx.clone();
-        if let Err(f) = super::build::run(m, checked, tx).await {
+        if let Err(f) = build::run(m, checked, tx).await {
             let _ = tx2.send(f.into_line()).await;
         }
     });
-    let streaming =
-        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("application/x-ndjson"));
-    if streaming {
+    if wants_ndjson(&headers) {
         let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|l| {
             let mut v = serde_json::to_vec(&l).unwrap_or_default();
             v.push(b'\n');
             Ok::<_, std::io::Error>(Bytes::from(v))
         });
-        return Response::builder()
-            .header(header::CONTENT_TYPE, "application/x-ndjson")
-            .body(Body::from_stream(stream))
-            .unwrap_or_else(|e| {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()).into_response()
-            });
+        return ndjson(Body::from_stream(stream));
     }
     let mut last = None;
     while let Some(l) = rx.recv().await {
@@ -73,7 +55,7 @@ pub async fn build(
     }
     let _ = task.await;
     match last {
-        Some(BuildLine::Done { template, .. }) => json(StatusCode::CREATED, &template),
+        Some(BuildLine::Done { template, .. }) => Ok(json(StatusCode::CREATED, &template)),
         Some(BuildLine::Error { step, exit_code, message, output_tail, .. }) => {
             let mut msg = message;
             if let Some(s) = step {
@@ -85,10 +67,9 @@ pub async fn build(
             if !output_tail.is_empty() {
                 msg = format!("{msg}\n{output_tail}");
             }
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "build_failed", msg).into_response()
+            Err(ApiError::new(ErrorCode::BuildFailed, msg))
         }
-        _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the build ended without a result")
-            .into_response(),
+        _ => Err(ApiError::new(ErrorCode::Internal, "the build ended without a result")),
     }
 }
 
@@ -96,7 +77,7 @@ pub async fn list(State(st): State<AppState>) -> Response {
     json(StatusCode::OK, &TemplateList { templates: st.manager.template_list() })
 }
 
-pub async fn get_one(State(st): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn get_one(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &st.manager.template_get(&name)?))
 }
 
@@ -104,16 +85,14 @@ pub async fn delete(
     Extension(caller): Extension<Caller>,
     State(st): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Response, ApiError> {
-    require_admin(&caller)?;
+) -> ApiResult<Response> {
+    require_admin(&caller, ADMIN_ONLY)?;
     let freed = st.manager.template_delete(&name).await?;
     Ok(json(StatusCode::OK, &LayersFreed { freed_bytes: freed }))
 }
 
-pub async fn gc(Extension(caller): Extension<Caller>, State(st): State<AppState>) -> Response {
-    if let Err(e) = require_admin(&caller) {
-        return e.into_response();
-    }
+pub async fn gc(Extension(caller): Extension<Caller>, State(st): State<AppState>) -> ApiResult<Response> {
+    require_admin(&caller, ADMIN_ONLY)?;
     let freed = st.manager.template_gc().await;
-    json(StatusCode::OK, &LayersFreed { freed_bytes: freed })
+    Ok(json(StatusCode::OK, &LayersFreed { freed_bytes: freed }))
 }

@@ -1,0 +1,98 @@
+//! The native HTTP API under `/v1`: every route's handler, the auth and activity
+//! middleware, and the mapping from domain errors to responses. Handlers only parse,
+//! authorize, call the manager (or the sandbox's agent through `ops` and `code`) and map
+//! errors; one `ApiError` gives every failure one status and one stable code.
+//!
+//! Dependencies point one way: this layer uses the domain modules, none of them uses it.
+//! The E2B front-end (`e2b`) shares only the state, the key check and the body
+//! drain from here; `server` puts the two front-ends behind one listener.
+
+mod activity;
+mod auth;
+mod code;
+mod commands;
+mod error;
+mod events;
+mod extract;
+mod files;
+mod sandboxes;
+mod secrets;
+mod templates;
+mod tenants;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{delete, get, post, put};
+use axum::Router;
+use glovebox_proto::api::ErrorCode;
+
+pub use activity::count_responses;
+pub use auth::{authorize, drain, presented_key};
+pub use error::ApiError;
+
+use crate::manager::Manager;
+
+/// Largest JSON body accepted (stdin given inline counts here; use the file API for more).
+pub const MAX_JSON_BODY: usize = 16 << 20;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: Arc<Manager>,
+    pub api_key: Arc<String>,
+}
+
+/// The native routes (`/healthz`, `/metrics`, `/v1/…`) with a JSON 404 for anything else.
+pub fn router(state: AppState) -> Router {
+    state.manager.tenants.set_admin_key(&state.api_key);
+    let v1 = Router::new()
+        .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route("/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::kill))
+        .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
+        .route("/sandboxes/{id}/network", put(sandboxes::set_network))
+        .route("/sandboxes/{id}/egress", get(sandboxes::egress_log))
+        .route("/sandboxes/{id}/exec", post(commands::exec))
+        .route("/sandboxes/{id}/commands", get(commands::list))
+        .route("/sandboxes/{id}/commands/{cid}", get(commands::result))
+        .route("/sandboxes/{id}/commands/{cid}/kill", post(commands::signal))
+        .route("/sandboxes/{id}/commands/{cid}/stdin", post(commands::stdin))
+        .route(
+            "/sandboxes/{id}/files",
+            get(files::download).put(files::upload).delete(files::remove).layer(DefaultBodyLimit::disable()),
+        )
+        .route("/sandboxes/{id}/code", post(code::run_code))
+        .route("/sandboxes/{id}/metrics", get(sandboxes::metrics))
+        .route("/sandboxes/{id}/usage", get(tenants::sandbox_usage))
+        .route("/usage", get(tenants::usage_report))
+        .route("/keys", post(tenants::create_key).get(tenants::list_keys))
+        .route("/keys/{kid}", delete(tenants::revoke_key))
+        .route("/tenants/{tenant}/quota", get(tenants::get_quota).put(tenants::set_quota))
+        .route("/sandboxes/{id}/contexts", post(code::create_context).get(code::list_contexts))
+        .route("/sandboxes/{id}/contexts/{cid}", delete(code::remove_context))
+        .route("/sandboxes/{id}/contexts/{cid}/restart", post(code::restart_context))
+        .route("/sandboxes/{id}/files/list", get(files::list_dir))
+        .route("/sandboxes/{id}/files/stat", get(files::stat))
+        .route("/sandboxes/{id}/files/mkdir", post(files::mkdir))
+        .route("/sandboxes/{id}/files/rename", post(files::rename))
+        .route("/secrets", get(secrets::list).post(secrets::create))
+        .route("/secrets/{name}", get(secrets::show).put(secrets::put).delete(secrets::delete))
+        .route("/sandboxes/{id}/keepalive", post(sandboxes::keepalive))
+        .route("/sandboxes/{id}/events", get(events::of_sandbox))
+        .route("/events", get(events::all))
+        .route("/templates", post(templates::build).get(templates::list))
+        .route("/templates/gc", post(templates::gc))
+        .route("/templates/{name}", get(templates::get_one).delete(templates::delete))
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .route_layer(middleware::from_fn_with_state(state.clone(), activity::track))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::auth));
+    let prom = Router::new()
+        .route("/metrics", get(tenants::prometheus))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::auth));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(prom)
+        .nest("/v1", v1)
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
+        .with_state(state)
+}

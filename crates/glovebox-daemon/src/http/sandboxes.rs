@@ -1,0 +1,102 @@
+//! `/v1/sandboxes` and a sandbox's own resources: create, list, get, kill, its lifetime,
+//! keep-alive, network policy, egress log and metrics.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use glovebox_proto::api::{CreateSandbox, EgressLog, EndReason, ErrorCode, NetworkPolicy, SandboxList, SetTimeout};
+use serde::Deserialize;
+
+use super::error::{ApiError, ApiResult};
+use super::extract::{json, Json, Path, Query};
+use super::AppState;
+use crate::tenants::Caller;
+
+pub async fn create(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(req): Json<CreateSandbox>,
+) -> ApiResult<Response> {
+    let sb = st.manager.create_for(&caller.tenant, req).await?;
+    Ok(json(StatusCode::CREATED, &sb.view()))
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    /// `key=value` metadata filters, comma separated.
+    #[serde(default)]
+    metadata: Option<String>,
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<Response> {
+    let mut filters = BTreeMap::new();
+    if let Some(m) = &q.metadata {
+        for pair in m.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| ApiError::new(ErrorCode::InvalidRequest, "metadata filter must be key=value"))?;
+            filters.insert(k.to_string(), v.to_string());
+        }
+    }
+    let sandboxes = st
+        .manager
+        .list_for(&caller)
+        .into_iter()
+        .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .collect();
+    Ok(json(StatusCode::OK, &SandboxList { sandboxes }))
+}
+
+pub async fn get_one(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.get(&id)?.view()))
+}
+
+pub async fn kill(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    st.manager.get(&id)?;
+    st.manager.destroy(&id, EndReason::Killed).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn set_timeout(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(t): Json<SetTimeout>,
+) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.set_timeout(&id, t.timeout_s)?.view()))
+}
+
+pub async fn keepalive(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    sb.activity.touch();
+    Ok(json(StatusCode::OK, &sb.view()))
+}
+
+pub async fn metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    let mut m = sb.metrics();
+    if let Ok(glovebox_proto::agent::Reply::Usage(u)) =
+        st.manager.agent_call(&sb, &glovebox_proto::agent::Request::Usage).await
+    {
+        m.disk_used_bytes = u.disk_used_bytes;
+    }
+    Ok(json(StatusCode::OK, &m))
+}
+
+pub async fn set_network(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(p): Json<NetworkPolicy>,
+) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.set_network(&id, p).await?.view()))
+}
+
+pub async fn egress_log(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let sb = st.manager.get(&id)?;
+    Ok(json(StatusCode::OK, &EgressLog { entries: sb.egress.entries() }))
+}
