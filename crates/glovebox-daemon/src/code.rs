@@ -43,7 +43,6 @@ const MAX_LINE: usize = 64 << 20;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// After SIGINT, how long a cell may take to end before its kernel is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
-pub const DEFAULT_CELL_TIMEOUT_MS: u64 = 60_000;
 /// Output text kept per stream and cell; beyond it the cell's output is dropped (and said so).
 const MAX_CELL_TEXT: usize = 4 << 20;
 /// Rich results kept per cell, and their total size.
@@ -434,12 +433,10 @@ fn context_for(sb: &Sb, req: &glovebox_proto::api::RunCode) -> Result<Arc<Kernel
     }
 }
 
-fn cell_timeout(req: &glovebox_proto::api::RunCode) -> Result<Duration> {
-    let ms = req.timeout_ms.unwrap_or(DEFAULT_CELL_TIMEOUT_MS);
-    if ms == 0 || ms > glovebox_proto::api::MAX_TIMEOUT_S * 1000 {
-        return Err(Error::Invalid("timeout_ms must be between 1 and 86400000".into()));
-    }
-    Ok(Duration::from_millis(ms))
+/// How long a cell may run. An unbounded budget (`0`) gets the longest a sandbox may be
+/// given at once: the sandbox's own end comes first unless its lifetime was extended.
+fn cell_timeout(req: &glovebox_proto::api::RunCode) -> Duration {
+    req.timeout_ms.unwrap_or_default().limit().unwrap_or(Duration::from_secs(glovebox_proto::api::MAX_TIMEOUT_S))
 }
 
 /// Runs a cell and collects everything into an `Execution`.
@@ -449,7 +446,7 @@ pub async fn run_code(
     req: glovebox_proto::api::RunCode,
 ) -> Result<glovebox_proto::api::Execution> {
     let k = context_for(sb, &req)?;
-    let timeout = cell_timeout(&req)?;
+    let timeout = cell_timeout(&req);
     let t = std::time::Instant::now();
     let mut ex = glovebox_proto::api::Execution::default();
     let end = k
@@ -478,7 +475,7 @@ pub fn run_code_stream(
     req: glovebox_proto::api::RunCode,
 ) -> Result<impl futures_util::Stream<Item = std::result::Result<bytes::Bytes, std::io::Error>>> {
     let k = context_for(&sb, &req)?;
-    let timeout = cell_timeout(&req)?;
+    let timeout = cell_timeout(&req);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<CodeStreamLine>();
     tokio::spawn(async move {
         let tx2 = tx.clone();

@@ -9,9 +9,7 @@ use base64::Engine;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use glovebox_proto::agent::{self as ap, Event, ExecSpec, FileInfo, Reply, Request};
-use glovebox_proto::api::{
-    CommandList, CommandSummary, Encoding, ExecRequest, ExecResult, ExecStreamLine, Started, DEFAULT_COMMAND_TIMEOUT_MS,
-};
+use glovebox_proto::api::{CommandList, CommandSummary, Encoding, ExecRequest, ExecResult, ExecStreamLine, Started};
 use glovebox_proto::frame::{Kind, CHUNK};
 use glovebox_proto::io::{Reader, Writer};
 
@@ -41,10 +39,8 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
     if max > 64 << 20 {
         return Err(Error::Invalid("max_output_bytes must be at most 67108864 (64 MiB)".into()));
     }
-    let timeout = req.timeout_ms.unwrap_or(DEFAULT_COMMAND_TIMEOUT_MS);
-    if timeout > glovebox_proto::api::MAX_TIMEOUT_S * 1000 {
-        return Err(Error::Invalid("timeout_ms is longer than any sandbox can live".into()));
-    }
+    // Its ceiling was checked when the request was read.
+    let budget = req.timeout_ms.unwrap_or_default();
     match &req.cmd {
         ap::Command::Argv(v) if v.is_empty() => return Err(Error::Invalid("cmd must not be empty".into())),
         ap::Command::Shell(s) if s.trim().is_empty() => return Err(Error::Invalid("cmd must not be empty".into())),
@@ -60,7 +56,7 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
             env,
             // Background commands keep stdin open for `…/stdin` requests.
             stdin: stdin.is_some() || req.background,
-            timeout_ms: if timeout == 0 { None } else { Some(timeout) },
+            timeout_ms: budget.limit().map(|_| budget.as_ms()),
             max_output_bytes: max,
             uid,
             gid,

@@ -11,8 +11,77 @@ pub use crate::agent::{Command, FileInfo, FileType};
 pub const DEFAULT_TIMEOUT_S: u64 = 300;
 /// Longest lifetime one request may ask for (a day); `set_timeout` may extend in steps.
 pub const MAX_TIMEOUT_S: u64 = 24 * 3600;
-/// Per-command timeout when the request gives none.
-pub const DEFAULT_COMMAND_TIMEOUT_MS: u64 = 60_000;
+
+/// The time budget of one command or one code cell: `timeout_ms` on the wire.
+///
+/// One meaning everywhere (commands, code cells, the CLI, the SDKs, the E2B front-end):
+/// - absent: [`TimeBudget::DEFAULT`], 60 s (published as the field's default in the spec);
+/// - `0`: no budget of its own; the sandbox's lifetime alone bounds it. That is what E2B's
+///   SDKs mean by `timeout=0` ("no limit"), so that front-end passes it through; and it
+///   needs no second clock, since nothing in a sandbox outlives the sandbox's own deadline;
+/// - otherwise milliseconds, at most [`TimeBudget::MAX_MS`] (no sandbox lives longer); a
+///   longer budget is refused when the request is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(extend("default" = TimeBudget::DEFAULT.as_ms(), "minimum" = 0, "maximum" = TimeBudget::MAX_MS)))]
+#[serde(transparent)]
+pub struct TimeBudget(u64);
+
+impl TimeBudget {
+    /// The budget of a command or cell whose request gives none.
+    pub const DEFAULT: TimeBudget = TimeBudget(60_000);
+    /// No budget of its own (`0`): the sandbox's lifetime bounds it.
+    pub const UNBOUNDED: TimeBudget = TimeBudget(0);
+    /// The longest budget: a sandbox's longest lifetime.
+    pub const MAX_MS: u64 = MAX_TIMEOUT_S * 1000;
+
+    /// A budget of `ms` milliseconds (`0`: unbounded); refused beyond [`TimeBudget::MAX_MS`].
+    pub fn from_ms(ms: u64) -> Result<TimeBudget, BudgetTooLong> {
+        if ms > Self::MAX_MS {
+            return Err(BudgetTooLong(ms));
+        }
+        Ok(TimeBudget(ms))
+    }
+
+    /// The budget as sent on the wire (`0`: unbounded).
+    pub const fn as_ms(self) -> u64 {
+        self.0
+    }
+
+    /// How long the command or cell may run; `None`: until the sandbox ends.
+    pub fn limit(self) -> Option<std::time::Duration> {
+        (self.0 > 0).then(|| std::time::Duration::from_millis(self.0))
+    }
+}
+
+impl Default for TimeBudget {
+    fn default() -> Self {
+        TimeBudget::DEFAULT
+    }
+}
+
+impl<'de> Deserialize<'de> for TimeBudget {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        TimeBudget::from_ms(u64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A time budget longer than any sandbox can live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetTooLong(pub u64);
+
+impl std::fmt::Display for BudgetTooLong {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "timeout_ms {} is longer than any sandbox can live (at most {}; 0 means no limit of its own)",
+            self.0,
+            TimeBudget::MAX_MS
+        )
+    }
+}
+
+impl std::error::Error for BudgetTooLong {}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -333,9 +402,11 @@ pub struct ExecRequest {
     /// Base64 bytes given to stdin (then closed); exclusive with `stdin`.
     #[serde(default)]
     pub stdin_base64: Option<String>,
-    /// Per-command timeout; default 60 s; 0 means the sandbox lifetime alone bounds it.
+    /// The command's time budget (see `TimeBudget`): default 60 s; 0: the sandbox's
+    /// lifetime alone bounds it. On expiry the command and everything it started are killed.
+    #[cfg_attr(feature = "schema", schemars(extend("default" = TimeBudget::DEFAULT.as_ms())))]
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<TimeBudget>,
     /// Cap per stream; default 1 MiB.
     #[serde(default)]
     pub max_output_bytes: Option<u64>,
@@ -606,9 +677,11 @@ pub struct RunCode {
     /// language (created on first use).
     #[serde(default)]
     pub context_id: Option<String>,
-    /// Default 60 s; on expiry the cell is interrupted (KeyboardInterrupt) and the context kept.
+    /// The cell's time budget (see `TimeBudget`): default 60 s; 0: the sandbox's lifetime
+    /// alone bounds it. On expiry the cell is interrupted (KeyboardInterrupt) and the context kept.
+    #[cfg_attr(feature = "schema", schemars(extend("default" = TimeBudget::DEFAULT.as_ms())))]
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    pub timeout_ms: Option<TimeBudget>,
     /// Set in the context's environment before the cell runs (and kept).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -778,6 +851,21 @@ pub struct SecretList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_budgets_have_one_meaning_of_zero_and_a_ceiling() {
+        let read = |j: &str| serde_json::from_str::<TimeBudget>(j);
+        assert_eq!(read("0").unwrap().limit(), None);
+        assert_eq!(read("0").unwrap(), TimeBudget::UNBOUNDED);
+        assert_eq!(read("1500").unwrap().limit(), Some(std::time::Duration::from_millis(1500)));
+        assert_eq!(read("86400000").unwrap().as_ms(), TimeBudget::MAX_MS);
+        let e = read("86400001").unwrap_err().to_string();
+        assert!(e.contains("longer than any sandbox can live"), "{e}");
+        assert!(read("-1").is_err() && read("\"5\"").is_err());
+        assert_eq!(TimeBudget::default().limit(), Some(std::time::Duration::from_secs(60)));
+        let r: ExecRequest = serde_json::from_str(r#"{"cmd":["true"],"timeout_ms":0}"#).unwrap();
+        assert_eq!(serde_json::to_value(&r).unwrap()["timeout_ms"], 0, "the wire form is milliseconds");
+    }
 
     #[test]
     fn error_codes_are_their_wire_strings_and_distinct() {

@@ -369,7 +369,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 env: kv(&env, "--env")?,
                 stdin: None,
                 stdin_base64: None,
-                timeout_ms: timeout.as_deref().map(units::duration_ms).transpose()?,
+                timeout_ms: timeout.as_deref().map(units::budget).transpose()?,
                 max_output_bytes: None,
                 encoding: Encoding::Base64,
                 background: false,
@@ -390,7 +390,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 code,
                 language: Some(language),
                 context_id: context,
-                timeout_ms: timeout.as_deref().map(units::duration_ms).transpose()?,
+                timeout_ms: timeout.as_deref().map(units::budget).transpose()?,
                 env: Default::default(),
             };
             return run::code_to_terminal(&client, &id, &req).await;

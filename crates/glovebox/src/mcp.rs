@@ -359,8 +359,8 @@ fn route(m: Incoming) -> Route {
 
 fn tools() -> Value {
     let timeout = |what: &str| {
-        json!({ "type": "integer", "minimum": 1, "maximum": api::MAX_TIMEOUT_S * 1000,
-                "description": format!("Time budget in milliseconds (default 60000). {what}") })
+        json!({ "type": "integer", "minimum": 1, "maximum": api::TimeBudget::MAX_MS,
+                "description": format!("Time budget in milliseconds (default {}). {what}", api::TimeBudget::DEFAULT.as_ms()) })
     };
     // No tool reaches outside the sandbox: it has no network.
     let hints = |read_only: bool, destructive: bool| {
@@ -471,7 +471,7 @@ struct RunCodeArgs {
     #[serde(default)]
     language: Option<Language>,
     #[serde(default)]
-    timeout_ms: Option<u64>,
+    timeout_ms: Option<api::TimeBudget>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -479,7 +479,7 @@ struct RunCodeArgs {
 struct RunCommandArgs {
     command: String,
     #[serde(default)]
-    timeout_ms: Option<u64>,
+    timeout_ms: Option<api::TimeBudget>,
     #[serde(default)]
     cwd: Option<String>,
 }
@@ -540,10 +540,11 @@ fn parse_call(params: &Value) -> Result<Call, String> {
         }
         serde_json::from_value(args).map_err(|e| format!("bad arguments for {name}: {e}"))
     }
-    fn timeout_ok(t: Option<u64>) -> Result<(), String> {
+    // A tool's call always has a budget of its own: the budget's `0` (no limit) is refused here.
+    fn timeout_ok(t: Option<api::TimeBudget>) -> Result<(), String> {
         match t {
-            Some(t) if !(1..=api::MAX_TIMEOUT_S * 1000).contains(&t) => {
-                Err(format!("timeout_ms must be between 1 and {}", api::MAX_TIMEOUT_S * 1000))
+            Some(t) if t.limit().is_none() => {
+                Err(format!("timeout_ms must be between 1 and {}", api::TimeBudget::MAX_MS))
             }
             _ => Ok(()),
         }

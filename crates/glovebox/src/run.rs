@@ -54,8 +54,7 @@ pub struct RunArgs {
 }
 
 pub async fn run(a: RunArgs) -> Result<i32> {
-    let timeout_ms =
-        a.timeout.as_deref().map(units::duration_ms).transpose()?.unwrap_or(api::DEFAULT_COMMAND_TIMEOUT_MS);
+    let budget = a.timeout.as_deref().map(units::budget).transpose()?.unwrap_or_default();
     let resources = a.limits.resources()?;
     let env = kv(&a.env, "--env")?;
     let files = a.files.iter().map(|f| parse_file_arg(f)).collect::<Result<Vec<_>>>()?;
@@ -77,7 +76,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
     };
     // The sandbox outlives the command's budget a little, so the command's own timeout
     // (exit 124) is what ends a runaway, not the sandbox clock.
-    let life_s = if timeout_ms == 0 { api::DEFAULT_TIMEOUT_S } else { timeout_ms.div_ceil(1000) + 30 };
+    let life_s = if budget.limit().is_none() { api::DEFAULT_TIMEOUT_S } else { budget.as_ms().div_ceil(1000) + 30 };
     let req = CreateSandbox {
         template: a.template.clone(),
         timeout_s: Some(life_s.min(api::MAX_TIMEOUT_S)),
@@ -98,7 +97,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
                     code: code.clone(),
                     language: Some(language),
                     context_id: None,
-                    timeout_ms: Some(timeout_ms.max(1)),
+                    timeout_ms: Some(budget),
                     env: Default::default(),
                 };
                 return code_to_terminal(&client, &sb.id, &req).await;
@@ -109,7 +108,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
                 env: Default::default(),
                 stdin: None,
                 stdin_base64: stdin.map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
-                timeout_ms: Some(timeout_ms),
+                timeout_ms: Some(budget),
                 max_output_bytes: None,
                 encoding: Encoding::Base64,
                 background: false,

@@ -22,6 +22,11 @@ pub fn size_mb(s: &str) -> Result<u64> {
     Ok(mib.round() as u64)
 }
 
+/// A command's or cell's time budget (`--timeout`), as a duration (`0`: no limit of its own).
+pub fn budget(s: &str) -> Result<glovebox_proto::api::TimeBudget> {
+    Ok(glovebox_proto::api::TimeBudget::from_ms(duration_ms(s)?)?)
+}
+
 /// A duration in milliseconds: `500ms`, `2s`, `1.5m`, `1h`; a plain number is seconds.
 pub fn duration_ms(s: &str) -> Result<u64> {
     let t = s.trim();

@@ -99,6 +99,29 @@ fn timeout_interrupts_the_cell_and_keeps_the_context() {
     d.shutdown_and_check_leaks();
 }
 
+/// A cell's time budget means what a command's does: `0` is no budget of its own (the
+/// sandbox's lifetime bounds it), and a budget longer than any sandbox lives is a 400.
+#[test]
+fn a_zero_budget_means_no_limit_of_its_own_as_for_commands() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "timeout_s": 30 })));
+    let ex = code(&d, &id, json!({ "code": "import time\ntime.sleep(1.5)\n6 * 7", "timeout_ms": 0 }));
+    assert!(ex["error"].is_null(), "{ex}");
+    assert_eq!(main_text(&ex).as_deref(), Some("42"), "{ex}");
+    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "sleep 1.5; echo done"], "timeout_ms": 0 }));
+    assert_eq!((r["stdout"].as_str(), r["timed_out"].as_bool()), (Some("done\n"), Some(false)), "{r}");
+    for path in ["code", "exec"] {
+        let body = json!({ "code": "1", "cmd": ["true"], "timeout_ms": 86_400_001u64 });
+        let mut body = body.as_object().unwrap().clone();
+        body.remove(if path == "code" { "cmd" } else { "code" });
+        let (st, v) = d.post(&format!("/v1/sandboxes/{id}/{path}"), &Value::Object(body));
+        assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_request")), "{path}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("longer than any sandbox can live"), "{v}");
+    }
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn contexts_are_isolated_and_restart_clears_them() {
     require_root!();

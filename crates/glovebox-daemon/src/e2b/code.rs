@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, post};
 use axum::Router;
 use futures_util::StreamExt;
-use glovebox_proto::api::{CodeResult, CodeStreamLine, Language, RunCode, MAX_TIMEOUT_S};
+use glovebox_proto::api::{CodeResult, CodeStreamLine, Language, RunCode, TimeBudget};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -112,7 +112,7 @@ async fn execute(State(st): State<E2b>, At(sb): At<JUPYTER_PORT>, b: Bytes) -> R
         context_id: req.context_id,
         // The SDKs keep their own (client-side) execution timeout; the sandbox's lifetime
         // bounds a cell here.
-        timeout_ms: Some(MAX_TIMEOUT_S * 1000),
+        timeout_ms: Some(TimeBudget::UNBOUNDED),
         env: req.env_vars.unwrap_or_default(),
     };
     let stream = crate::code::run_code_stream(st.app.manager.clone(), sb, req).map_err(not_found_is_404)?;

@@ -17,7 +17,7 @@ use axum::response::Response;
 use base64::Engine;
 use futures_util::StreamExt;
 use glovebox_proto::agent::{Command, ExitStatus, Reply, Request};
-use glovebox_proto::api::{Encoding, ExecRequest, MAX_TIMEOUT_S};
+use glovebox_proto::api::{Encoding, ExecRequest, TimeBudget};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -120,11 +120,16 @@ fn unsupported(what: &str) -> RpcError {
     RpcError::new(Code::Unimplemented, format!("{what} is not supported by Glovebox"))
 }
 
-/// The command's own timeout for a client deadline of `t` ms: a little shorter, so the
-/// command is gone by the time the client reports the timeout.
-fn command_timeout(t: u64) -> u64 {
+/// The command's own budget for a client deadline of `t` ms: a little shorter, so the
+/// command is gone by the time the client reports the timeout; `0` (E2B's "no limit") is
+/// the budget's own `0`.
+fn command_timeout(t: u64) -> TimeBudget {
+    if t == 0 {
+        return TimeBudget::UNBOUNDED;
+    }
     let margin = (t / 10).min(500);
-    t.saturating_sub(margin).clamp(1, MAX_TIMEOUT_S * 1000)
+    // Clamped to the ceiling, so `from_ms` cannot refuse it.
+    TimeBudget::from_ms(t.saturating_sub(margin).clamp(1, TimeBudget::MAX_MS)).unwrap_or(TimeBudget::UNBOUNDED)
 }
 
 async fn start(m: Arc<Manager>, sb: Arc<Sb>, h: &HeaderMap, req: StartRequest) -> Response {
@@ -144,7 +149,7 @@ async fn start(m: Arc<Manager>, sb: Arc<Sb>, h: &HeaderMap, req: StartRequest) -
         stdin: None,
         stdin_base64: None,
         // No deadline: the sandbox's lifetime alone bounds the process (E2B's `timeout=0`).
-        timeout_ms: Some(connect::timeout_ms(h).map_or(0, command_timeout)),
+        timeout_ms: Some(connect::timeout_ms(h).map_or(TimeBudget::UNBOUNDED, command_timeout)),
         max_output_bytes: Some(OUTPUT_CAP),
         encoding: Encoding::Utf8,
         background: true,
@@ -307,10 +312,11 @@ mod tests {
 
     #[test]
     fn command_timeouts_end_before_the_client_deadline() {
-        assert_eq!(command_timeout(60_000), 59_500);
-        assert_eq!(command_timeout(2_000), 1_800);
-        assert_eq!(command_timeout(1), 1);
-        assert!(command_timeout(u64::MAX) <= MAX_TIMEOUT_S * 1000);
+        assert_eq!(command_timeout(60_000).as_ms(), 59_500);
+        assert_eq!(command_timeout(2_000).as_ms(), 1_800);
+        assert_eq!(command_timeout(1).as_ms(), 1);
+        assert_eq!(command_timeout(u64::MAX).as_ms(), TimeBudget::MAX_MS);
+        assert_eq!(command_timeout(0), TimeBudget::UNBOUNDED, "E2B's 0 is no limit, not 1 ms");
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub async fn start_cmd(m: &Arc<Manager>, sb: &Arc<Sb>, cmd: Vec<String>) {
         env: Default::default(),
         stdin: None,
         stdin_base64: None,
-        timeout_ms: Some(0),
+        timeout_ms: Some(api::TimeBudget::UNBOUNDED),
         max_output_bytes: None,
         encoding: api::Encoding::Utf8,
         background: true,

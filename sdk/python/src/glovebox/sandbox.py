@@ -27,7 +27,9 @@ from .models import (
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "FileStream"]
 
-#: The daemon's per-command and per-cell timeout when none is given (seconds).
+#: The daemon's per-command and per-cell time budget when none is given (seconds): the
+#: `TimeBudget` default the OpenAPI spec publishes (a Rust test checks they agree). Used only
+#: to size socket timeouts; the budget itself is left to the daemon.
 DEFAULT_COMMAND_TIMEOUT = 60.0
 # How much longer than a command's own budget the HTTP call may take (start, teardown,
 # reporting): the daemon enforces the budget, the socket timeout only catches a hung daemon.
@@ -268,7 +270,7 @@ class Sandbox:
         if cwd is not None:
             body["cwd"] = cwd
         return Context.from_json(self._t.request("POST", self._path("/contexts"), json=body,
-                                                 timeout=_budget(None, 60.0, _CELL_MARGIN)).json())
+                                                 timeout=_budget(None, DEFAULT_COMMAND_TIMEOUT, _CELL_MARGIN)).json())
 
     def list_code_contexts(self) -> List[Context]:
         r = self._t.request("GET", self._path("/contexts")).json() or {}
@@ -278,7 +280,7 @@ class Sandbox:
         """Restarts the context's kernel: its state is cleared."""
         cid = context.id if isinstance(context, Context) else str(context)
         return Context.from_json(self._t.request("POST", self._path(f"/contexts/{quote(cid, safe='')}/restart"),
-                                                 timeout=_budget(None, 60.0, _CELL_MARGIN)).json())
+                                                 timeout=_budget(None, DEFAULT_COMMAND_TIMEOUT, _CELL_MARGIN)).json())
 
     def remove_code_context(self, context: Union[str, Context]) -> None:
         cid = context.id if isinstance(context, Context) else str(context)
