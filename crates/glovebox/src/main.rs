@@ -177,6 +177,7 @@ enum SandboxCmd {
     /// Run a command in a sandbox and exit with its code.
     Exec {
         id: String,
+        /// Time budget, e.g. 2s, 500ms (default 60s; 0 = only the sandbox lifetime bounds it).
         #[arg(long)]
         timeout: Option<String>,
         #[arg(long)]
@@ -195,6 +196,7 @@ enum SandboxCmd {
         /// A context id from `POST /v1/sandboxes/{id}/contexts` (default: the language's).
         #[arg(long)]
         context: Option<String>,
+        /// Time budget, e.g. 10s (default 60s; 0 = only the sandbox lifetime bounds it).
         #[arg(long)]
         timeout: Option<String>,
         /// The code (`-` reads stdin).

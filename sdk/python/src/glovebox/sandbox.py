@@ -209,7 +209,8 @@ class Sandbox:
         """Runs a cell in a stateful context (the sandbox's default one of ``language``, or
         ``context``, whose language wins). An exception in the cell is not raised: it is
         ``Execution.error`` (``name == "TimeoutError"`` when ``timeout`` seconds ran out;
-        default 60). With callbacks, events are delivered as they happen."""
+        default 60; ``0`` means only the sandbox lifetime bounds the cell, as for commands).
+        With callbacks, events are delivered as they happen."""
         body: Dict[str, Any] = {"code": code}
         if context is not None:
             body["context_id"] = context.id if isinstance(context, Context) else str(context)
