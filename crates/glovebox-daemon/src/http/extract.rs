@@ -96,3 +96,43 @@ pub fn ndjson(body: axum::body::Body) -> Result<Response, ApiError> {
         .body(body)
         .map_err(|e| crate::error::Error::Internal(e.to_string()).into())
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use axum::Router;
+    use glovebox_proto::api::CreateSandbox;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// What a route taking `Json<CreateSandbox>` answers to `body`: the status and the code.
+    async fn answer(body: &str, content_type: Option<&str>) -> (StatusCode, serde_json::Value) {
+        let app = Router::new().route("/", post(|Json(_): Json<CreateSandbox>| async { StatusCode::CREATED }));
+        let mut req = Request::post("/");
+        if let Some(t) = content_type {
+            req = req.header(header::CONTENT_TYPE, t);
+        }
+        let resp = app.oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn bodies_must_be_json_objects() {
+        assert_eq!(answer("{}", Some("application/json")).await.0, StatusCode::CREATED);
+        for body in ["[]", "[300]", "null", "5", "\"x\"", "{", "{\"bogus\":1}"] {
+            let (st, v) = answer(body, Some("application/json")).await;
+            assert_eq!(st, StatusCode::BAD_REQUEST, "{body}: {v}");
+            assert_eq!(v["error"]["code"], "invalid_request", "{body}: {v}");
+        }
+        let (st, v) = answer("[]", Some("application/json")).await;
+        assert!(v["error"]["message"].as_str().unwrap().contains("a JSON object"), "{st}: {v}");
+        let (st, v) = answer("{}", None).await;
+        assert_eq!((st, v["error"]["code"].as_str()), (StatusCode::UNSUPPORTED_MEDIA_TYPE, Some("invalid_request")));
+    }
+}
