@@ -96,3 +96,49 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .with_state(state)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Every `.rs` file under `dir`, with its path relative to `src/`.
+    fn sources(dir: &Path, src: &Path, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                sources(&p, src, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(src).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+
+    /// Dependencies point down: no domain module uses the front-ends (`http`, `e2b`,
+    /// `server`) or axum, and this layer does not use the E2B front-end (the compiler keeps
+    /// `e2b` out of this module's private rooms).
+    #[test]
+    fn only_front_ends_see_http() {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &src, &mut files);
+        assert!(files.len() > 20, "read the daemon's sources");
+        let front_end = |f: &str| f.starts_with("http/") || f.starts_with("e2b/") || f == "server.rs";
+        let mut wrong = Vec::new();
+        for (file, text) in &files {
+            // Test modules at the end of a file do not count.
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            if !front_end(file) {
+                for used in ["crate::http", "crate::e2b", "crate::server", "axum::"] {
+                    if code.contains(used) {
+                        wrong.push(format!("{file} uses {used}"));
+                    }
+                }
+            }
+            if file.starts_with("http/") && code.contains("crate::e2b") {
+                wrong.push(format!("{file} uses the E2B front-end"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+}
