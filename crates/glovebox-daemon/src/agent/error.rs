@@ -27,7 +27,8 @@ pub enum AgentError {
 /// The kind of request that failed: an agent's refusal means something different for each.
 #[derive(Debug, Clone, Copy)]
 pub enum Op {
-    /// A file request: the refusal keeps the agent's code (not found, no space, …).
+    /// A file request, or any other whose refusal is reported as the agent gave it: the
+    /// error keeps the agent's code (not found, no space, …).
     File,
     /// Starting a command: a command that cannot start is the caller's mistake.
     Exec,
