@@ -236,3 +236,25 @@ async fn a_session_carries_stdin_and_output_until_exit() {
     assert_eq!(s.read().await.unwrap(), Some(Output::Stdout(b"{\"code\":1}\n".to_vec())));
     assert_eq!(s.read().await.unwrap(), None);
 }
+
+/// An agent that refuses a write at once and hangs up: the client, whose data no longer
+/// goes through, reports the agent's reason rather than the broken pipe.
+#[tokio::test]
+async fn a_refused_upload_reports_the_agents_reason() {
+    let (_dir, agent) = fake(|mut r, mut w| async move {
+        match r.json::<Request>().await.unwrap() {
+            Request::WriteFile { .. } => w.error(ErrorCode::NoSpace, "no space left on device").await.unwrap(),
+            Request::Stdin { id } => w.error(ErrorCode::NotFound, format!("no command {id}")).await.unwrap(),
+            other => panic!("unexpected request {other:?}"),
+        }
+    });
+    let mut up = agent.write_file("/big".into(), Some(0o600)).await.unwrap();
+    let big = vec![7u8; 8 << 20];
+    let e = up.send(&big).await.unwrap_err();
+    assert!(matches!(e, AgentError::Refused { code: ErrorCode::NoSpace, .. }), "{e:?}");
+
+    let e = agent.stdin(4, b"x", true).await.unwrap_err();
+    assert!(
+        matches!(e.into_error(Op::Command(4), |e| panic!("{e}")), Error::NotFound { what: "command", name } if name == "4")
+    );
+}
