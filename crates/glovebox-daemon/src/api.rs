@@ -546,8 +546,7 @@ async fn upload(
 
 async fn remove(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Remove { path: q.path, recursive: q.recursive })
-        .await?;
+    ops::remove(&st.manager, &sb, q.path, q.recursive).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -561,38 +560,23 @@ async fn list_dir(
     if depth == 0 || depth > 32 {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", "depth must be between 1 and 32"));
     }
-    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::ListDir { path: q.path, depth }).await?;
-    match r {
-        glovebox_proto::agent::Reply::Entries { entries } => Ok(json(StatusCode::OK, &Entries { entries })),
-        other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
-    }
+    let entries = ops::list_dir(&st.manager, &sb, q.path, depth).await?;
+    Ok(json(StatusCode::OK, &Entries { entries }))
 }
 
 async fn stat(State(st): State<AppState>, Path(id): Path<String>, Query(q): Query<PathQuery>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Stat { path: q.path }).await?;
-    file_info(r)
+    Ok(json(StatusCode::OK, &ops::stat(&st.manager, &sb, q.path).await?))
 }
 
 async fn mkdir(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<MakeDir>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    let r = ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::MakeDir { path: b.path, parents: true })
-        .await?;
-    file_info(r)
+    Ok(json(StatusCode::OK, &ops::make_dir(&st.manager, &sb, b.path).await?))
 }
 
 async fn rename(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<Rename>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    let r =
-        ops::file_call(&st.manager, &sb, &glovebox_proto::agent::Request::Rename { from: b.from, to: b.to }).await?;
-    file_info(r)
-}
-
-fn file_info(r: glovebox_proto::agent::Reply) -> ApiResult<Response> {
-    match r {
-        glovebox_proto::agent::Reply::FileInfo(i) => Ok(json(StatusCode::OK, &i)),
-        other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
-    }
+    Ok(json(StatusCode::OK, &ops::rename(&st.manager, &sb, b.from, b.to).await?))
 }
 
 async fn run_code(
@@ -659,9 +643,7 @@ async fn prometheus(Extension(caller): Extension<Caller>, State(st): State<AppSt
 async fn sandbox_metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let mut m = sb.metrics();
-    if let Ok(glovebox_proto::agent::Reply::Usage(u)) =
-        st.manager.agent_call(&sb, &glovebox_proto::agent::Request::Usage).await
-    {
+    if let Ok(u) = ops::agent(&sb).usage().await {
         m.disk_used_bytes = u.disk_used_bytes;
     }
     Ok(json(StatusCode::OK, &m))
