@@ -14,11 +14,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use glovebox_proto::agent::{Event, ExecSpec, Reply, Request};
+use glovebox_proto::agent::ExecSpec;
 use glovebox_proto::api::{CodeError, CodeResult, CodeStreamLine, Context, Language};
-use glovebox_proto::frame::Kind;
-use glovebox_proto::io::{Reader, Writer};
 
+use crate::agent::{AgentClient, Output, Session};
 use crate::error::{Error, Result};
 use crate::manager::{Manager, Sb};
 
@@ -30,8 +29,8 @@ pub struct Target<'a> {
 }
 
 impl Target<'_> {
-    async fn connect(&self) -> Result<(Reader, Writer)> {
-        glovebox_proto::io::connect(self.socket).await.map_err(|e| Error::Agent(e.to_string()))
+    fn agent(&self) -> AgentClient {
+        AgentClient::new(self.socket)
     }
 }
 
@@ -79,7 +78,7 @@ pub struct Kernel {
 struct KState {
     /// The agent's command id of the running kernel.
     cmd: Option<u64>,
-    session: Option<(Reader, Writer)>,
+    session: Option<Session>,
     /// Whether the sandbox's environment was applied (with the first cell).
     env_applied: bool,
     /// Bytes of a partial line.
@@ -164,24 +163,13 @@ impl Kernel {
         spec.cwd = Some(self.cwd.clone());
         spec.env = env;
         spec.raw = true;
-        let (mut r, mut w) = t.connect().await?;
-        w.json(&Request::Exec(spec)).await?;
-        let v = r.json::<serde_json::Value>().await?;
-        let id = match serde_json::from_value::<Event>(v.clone()) {
-            Ok(Event::Started { id, .. }) => id,
-            _ => {
-                let msg = match serde_json::from_value::<Reply>(v) {
-                    Ok(Reply::Error { message, .. }) => message,
-                    _ => "unexpected reply".into(),
-                };
-                return Err(Error::Agent(format!("start {} kernel: {msg}", self.language.as_str())));
-            }
-        };
-        drop((r, w));
-        let (r, mut w) = t.connect().await?;
-        w.json(&Request::Session { id }).await?;
+        let agent = t.agent();
+        let start_failed = |e| Error::Agent(format!("start {} kernel: {e}", self.language.as_str()));
+        // A raw command's `Exec` exchange ends at `Started`; its output flows to the session.
+        let id = agent.exec(&spec).await.map_err(start_failed)?.id;
+        let session = agent.session(id).await.map_err(|e| Error::Agent(e.to_string()))?;
         st.cmd = Some(id);
-        st.session = Some((r, w));
+        st.session = Some(session);
         st.buf.clear();
         // Wait for `ready`.
         let ready = tokio::time::timeout(START_TIMEOUT, async {
@@ -220,13 +208,9 @@ impl Kernel {
         st.session = None;
         st.buf.clear();
         if let Some(id) = st.cmd.take() {
-            for req in [Request::Signal { id, signal: libc::SIGKILL }, Request::Release { id }] {
-                if let Ok((mut r, mut w)) = t.connect().await {
-                    if w.json(&req).await.is_ok() {
-                        let _ = r.json::<Reply>().await;
-                    }
-                }
-            }
+            let agent = t.agent();
+            let _ = agent.signal(id, libc::SIGKILL).await;
+            let _ = agent.release(id).await;
         }
     }
 
@@ -273,9 +257,8 @@ impl Kernel {
         }
         let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
         line.push(b'\n');
-        if let Some((_, w)) = st.session.as_mut() {
-            w.data(Kind::Stdin, &line).await?;
-            w.flush().await?;
+        if let Some(session) = st.session.as_mut() {
+            session.write(&line).await.map_err(|e| Error::Agent(e.to_string()))?;
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut interrupted = false;
@@ -321,7 +304,7 @@ impl Kernel {
                 Err(_) if !interrupted => {
                     interrupted = true;
                     if let Some(id) = st.cmd {
-                        let _ = m.agent_call(sb, &Request::Signal { id, signal: libc::SIGINT }).await;
+                        let _ = t.agent().signal(id, libc::SIGINT).await;
                     }
                 }
                 Err(_) => {
@@ -407,13 +390,12 @@ async fn next_line(st: &mut KState) -> Result<Option<serde_json::Value>> {
         if st.buf.len() > MAX_LINE {
             return Err(Error::Agent("kernel sent an over-long line".into()));
         }
-        let Some((r, _)) = st.session.as_mut() else { return Ok(None) };
-        match r.next().await {
-            Ok(Some((Kind::Stdout, b))) => st.buf.extend_from_slice(&b),
+        let Some(session) = st.session.as_mut() else { return Ok(None) };
+        match session.read().await {
+            Ok(Some(Output::Stdout(b))) => st.buf.extend_from_slice(&b),
             // The kernel's own stderr (its crash report, if any) is not protocol.
-            Ok(Some((Kind::Stderr, _))) => {}
-            Ok(Some((Kind::Json, _))) | Ok(None) => return Ok(None),
             Ok(Some(_)) => {}
+            Ok(None) => return Ok(None),
             Err(e) => return Err(Error::Agent(e.to_string())),
         }
     }

@@ -58,17 +58,17 @@ impl Activity {
 
 /// Whether any command other than a language kernel runs in the sandbox (asked of its
 /// agent; an agent that does not answer counts as busy, the death watch handles a dead one).
-pub async fn commands_running(m: &crate::manager::Manager, sb: &crate::manager::Sb) -> bool {
-    use glovebox_proto::agent::{Command, Reply, Request};
-    match m.agent_call(sb, &Request::List).await {
-        Ok(Reply::Commands { commands }) => commands.iter().any(|c| {
+pub async fn commands_running(_m: &crate::manager::Manager, sb: &crate::manager::Sb) -> bool {
+    use glovebox_proto::agent::Command;
+    match crate::agent::AgentClient::new(&sb.socket).list().await {
+        Ok(commands) => commands.iter().any(|c| {
             let kernel = match &c.cmd {
                 Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::code::KERNEL_DIR)),
                 Command::Shell(s) => s.contains(crate::code::KERNEL_DIR),
             };
             c.running && !kernel
         }),
-        _ => true,
+        Err(_) => true,
     }
 }
 

@@ -3,6 +3,7 @@
 //! embeds it (`glovebox run` without a daemon).
 
 pub mod adopt;
+pub mod agent;
 pub mod broker;
 pub mod code;
 pub mod e2b;

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
-use glovebox_proto::agent::{ErrorCode, FileInfo, FileType, Reply, Request};
+use glovebox_proto::agent::{ErrorCode, FileInfo, FileType};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -121,46 +121,34 @@ fn entry(i: &FileInfo) -> Value {
     v
 }
 
-fn file_info(r: Reply) -> Result<FileInfo, RpcError> {
-    match r {
-        Reply::FileInfo(i) => Ok(i),
-        _ => Err(RpcError::new(Code::Internal, "unexpected reply from the sandbox agent")),
-    }
-}
-
 async fn stat(m: &Manager, sb: &Sb, path: &str) -> Result<Value, RpcError> {
-    let r = ops::file_call(m, sb, &Request::Stat { path: sandbox_path(path) }).await?;
-    Ok(entry(&file_info(r)?))
+    Ok(entry(&ops::stat(m, sb, sandbox_path(path)).await?))
 }
 
 async fn list_dir(m: &Manager, sb: &Sb, path: &str, depth: u32) -> Result<Value, RpcError> {
     let depth = depth.clamp(1, 32);
-    match ops::file_call(m, sb, &Request::ListDir { path: sandbox_path(path), depth }).await? {
-        Reply::Entries { entries } => Ok(json!({ "entries": entries.iter().map(entry).collect::<Vec<_>>() })),
-        _ => Err(RpcError::new(Code::Internal, "unexpected reply from the sandbox agent")),
-    }
+    let entries = ops::list_dir(m, sb, sandbox_path(path), depth).await?;
+    Ok(json!({ "entries": entries.iter().map(entry).collect::<Vec<_>>() }))
 }
 
 /// `MakeDir` with envd's answer for a directory that is already there.
 async fn make_dir(m: &Manager, sb: &Sb, path: &str) -> Result<Value, RpcError> {
     let path = sandbox_path(path);
-    match ops::file_call(m, sb, &Request::Stat { path: path.clone() }).await {
+    match ops::stat(m, sb, path.clone()).await {
         Ok(_) => return Err(RpcError::new(Code::AlreadyExists, format!("{path} already exists"))),
         Err(Error::File { code: ErrorCode::NotFound, .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let r = ops::file_call(m, sb, &Request::MakeDir { path, parents: true }).await?;
-    Ok(json!({ "entry": entry(&file_info(r)?) }))
+    Ok(json!({ "entry": entry(&ops::make_dir(m, sb, path).await?) }))
 }
 
 async fn rename(m: &Manager, sb: &Sb, p: &MoveReq) -> Result<Value, RpcError> {
-    let req = Request::Rename { from: sandbox_path(&p.source), to: sandbox_path(&p.destination) };
-    let r = ops::file_call(m, sb, &req).await?;
-    Ok(json!({ "entry": entry(&file_info(r)?) }))
+    let to = ops::rename(m, sb, sandbox_path(&p.source), sandbox_path(&p.destination)).await?;
+    Ok(json!({ "entry": entry(&to) }))
 }
 
 async fn remove(m: &Manager, sb: &Sb, path: &str) -> Result<Value, RpcError> {
-    ops::file_call(m, sb, &Request::Remove { path: sandbox_path(path), recursive: true }).await?;
+    ops::remove(m, sb, sandbox_path(path), true).await?;
     Ok(json!({}))
 }
 

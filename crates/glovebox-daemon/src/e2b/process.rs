@@ -16,15 +16,16 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine;
 use futures_util::StreamExt;
-use glovebox_proto::agent::{Command, ExitStatus, Reply, Request};
+use glovebox_proto::agent::{Command, ExitStatus};
 use glovebox_proto::api::{Encoding, ExecRequest, TimeBudget};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::connect::{self, Code, RpcError};
 use super::{sandbox_path, At, E2b, ENVD_PORT};
+use crate::agent::{Op, Output};
 use crate::manager::{Manager, Sb};
-use crate::ops::{self, Output};
+use crate::ops;
 
 /// Output kept (and so streamable) per stream of one process.
 const OUTPUT_CAP: u64 = 16 << 20;
@@ -236,10 +237,7 @@ fn is_kernel(cmd: &Command) -> bool {
 }
 
 async fn list(m: &Manager, sb: &Sb) -> Result<Value, RpcError> {
-    let cmds = match m.agent_call(sb, &Request::List).await? {
-        Reply::Commands { commands } => commands,
-        _ => return Err(RpcError::new(Code::Internal, "unexpected reply from the sandbox agent")),
-    };
+    let cmds = ops::agent(sb).list().await.map_err(ops::failed(m, sb, Op::File))?;
     let processes: Vec<Value> = cmds
         .iter()
         .filter(|c| c.running && !is_kernel(&c.cmd))

@@ -5,7 +5,6 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use glovebox_proto::agent::{Reply, Request};
 use glovebox_proto::api::{Entries, ErrorCode, MakeDir, Rename};
 use serde::Deserialize;
 
@@ -84,7 +83,7 @@ pub async fn remove(
     Query(q): Query<PathQuery>,
 ) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    ops::file_call(&st.manager, &sb, &Request::Remove { path: q.path, recursive: q.recursive }).await?;
+    ops::remove(&st.manager, &sb, q.path, q.recursive).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -98,10 +97,8 @@ pub async fn list_dir(
     if depth == 0 || depth > 32 {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "depth must be between 1 and 32"));
     }
-    match ops::file_call(&st.manager, &sb, &Request::ListDir { path: q.path, depth }).await? {
-        Reply::Entries { entries } => Ok(json(StatusCode::OK, &Entries { entries })),
-        other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
-    }
+    let entries = ops::list_dir(&st.manager, &sb, q.path, depth).await?;
+    Ok(json(StatusCode::OK, &Entries { entries }))
 }
 
 pub async fn stat(
@@ -110,22 +107,15 @@ pub async fn stat(
     Query(q): Query<PathQuery>,
 ) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    file_info(ops::file_call(&st.manager, &sb, &Request::Stat { path: q.path }).await?)
+    Ok(json(StatusCode::OK, &ops::stat(&st.manager, &sb, q.path).await?))
 }
 
 pub async fn mkdir(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<MakeDir>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    file_info(ops::file_call(&st.manager, &sb, &Request::MakeDir { path: b.path, parents: true }).await?)
+    Ok(json(StatusCode::OK, &ops::make_dir(&st.manager, &sb, b.path).await?))
 }
 
 pub async fn rename(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<Rename>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    file_info(ops::file_call(&st.manager, &sb, &Request::Rename { from: b.from, to: b.to }).await?)
-}
-
-fn file_info(r: Reply) -> ApiResult<Response> {
-    match r {
-        Reply::FileInfo(i) => Ok(json(StatusCode::OK, &i)),
-        other => Err(Error::Agent(format!("unexpected reply {other:?}")).into()),
-    }
+    Ok(json(StatusCode::OK, &ops::rename(&st.manager, &sb, b.from, b.to).await?))
 }

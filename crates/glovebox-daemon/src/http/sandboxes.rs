@@ -80,9 +80,7 @@ pub async fn keepalive(State(st): State<AppState>, Path(id): Path<String>) -> Ap
 pub async fn metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let mut m = sb.metrics();
-    if let Ok(glovebox_proto::agent::Reply::Usage(u)) =
-        st.manager.agent_call(&sb, &glovebox_proto::agent::Request::Usage).await
-    {
+    if let Ok(u) = crate::ops::agent(&sb).usage().await {
         m.disk_used_bytes = u.disk_used_bytes;
     }
     Ok(json(StatusCode::OK, &m))

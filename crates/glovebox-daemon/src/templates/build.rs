@@ -17,13 +17,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use glovebox_proto::agent::{self as ap, Event, ExecSpec, Request};
+use glovebox_proto::agent::ExecSpec;
 use glovebox_proto::api::{self, BuildLine, BuildTemplate, CreateSandbox, EndReason, NetworkMode, NetworkPolicy};
-use glovebox_proto::frame::Kind;
 use tokio::sync::mpsc;
 
 use super::spec::{self, Cmd, Instr};
 use super::store::{hash_parts, hex, TemplateMeta};
+use crate::agent::{AgentClient, AgentError, Output, Running};
 use crate::manager::{Manager, Sb, Template};
 
 /// The template name build sandboxes show (not a valid template name, so never a real one).
@@ -542,25 +542,23 @@ async fn exec(
     log: Option<(usize, &Log)>,
 ) -> Result<(i32, String), Failure> {
     let agent = |e: String| Failure::at(0, 0, format!("build sandbox: {e}"));
-    let (mut r, mut w) = sb.connect().await.map_err(|e| agent(e.to_string()))?;
-    w.json(&Request::Exec(spec)).await.map_err(|e| agent(e.to_string()))?;
-    let id = match r.json::<Event>().await {
-        Ok(Event::Started { id, .. }) => id,
-        Ok(_) => return Err(agent("unexpected reply to exec".into())),
-        Err(e) => return Err(agent(format!("{}", m.agent_error(&sb.id, e)))),
+    let broken = |e: AgentError| match e {
+        AgentError::Refused { message, .. } => agent(message),
+        AgentError::Closed(_) => agent("the sandbox ended before the command".into()),
+        e => agent(m.agent_error(&sb.id, e).to_string()),
     };
+    let Running { mut output, stdin: mut writer, .. } =
+        AgentClient::new(&sb.socket).exec(&spec).await.map_err(broken)?;
     let feeder = stdin.map(|data| {
         tokio::spawn(async move {
-            let _ = w.data(Kind::Stdin, &data).await;
-            let _ = w.json(&Request::CloseStdin { id }).await;
-            let _ = w.flush().await;
-            w
+            let _ = writer.send(&data, true).await;
+            writer
         })
     });
     let mut tail: Vec<u8> = Vec::new();
     let code = loop {
-        match r.next().await {
-            Ok(Some((Kind::Stdout | Kind::Stderr, b))) => {
+        match output.next().await.map_err(broken)? {
+            Output::Stdout(b) | Output::Stderr(b) => {
                 tail.extend_from_slice(&b);
                 if tail.len() > 64 << 10 {
                     tail.drain(..tail.len() - (32 << 10));
@@ -569,16 +567,7 @@ async fn exec(
                     log.send(BuildLine::Output { step: n, data: String::from_utf8_lossy(&b).into_owned() }).await;
                 }
             }
-            Ok(Some((Kind::Json, b))) => match serde_json::from_slice::<Event>(&b) {
-                Ok(Event::Exited(e)) => break e.exit_code,
-                _ => match serde_json::from_slice::<ap::Reply>(&b) {
-                    Ok(ap::Reply::Error { message, .. }) => return Err(agent(message)),
-                    _ => return Err(agent("unexpected message in the output stream".into())),
-                },
-            },
-            Ok(Some(_)) => return Err(agent("unexpected frame in the output stream".into())),
-            Ok(None) => return Err(agent("the sandbox ended before the command".into())),
-            Err(e) => return Err(agent(format!("{}", m.agent_error(&sb.id, e)))),
+            Output::Exited(e) => break e.exit_code,
         }
     };
     if let Some(f) = feeder {
