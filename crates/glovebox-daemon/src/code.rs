@@ -408,6 +408,19 @@ pub async fn prewarm(kernels: &Kernels, t: &Target<'_>, preload: Option<&str>) -
 }
 
 /// Resolves the context a `RunCode` asks for.
+/// Starts a new context of `language` in the sandbox (working directory `cwd`, else the
+/// home) and registers it; an agent that died meanwhile is reported as the sandbox's end.
+pub async fn create_context(m: &Manager, sb: &Sb, language: Language, cwd: Option<String>) -> Result<Arc<Kernel>> {
+    let id = format!("ctx-{}", crate::util::random_token(12));
+    let k = Arc::new(Kernel::new(id, language, cwd, sb.preload.as_deref()));
+    k.ensure(&sb.target()).await.map_err(|e| match e {
+        Error::Agent(msg) => m.agent_error(&sb.id, msg),
+        e => e,
+    })?;
+    sb.kernels.insert(k.clone());
+    Ok(k)
+}
+
 fn context_for(sb: &Sb, req: &glovebox_proto::api::RunCode) -> Result<Arc<Kernel>> {
     match &req.context_id {
         Some(id) => sb.kernels.get(id).ok_or_else(|| Error::NotFound { what: "context", name: id.clone() }),

@@ -3,7 +3,6 @@
 //! run on Glovebox's own kernels (`crate::code`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -156,13 +155,7 @@ fn context_view(k: &Kernel) -> Value {
 async fn create_context(State(st): State<E2b>, At(sb): At<JUPYTER_PORT>, b: Bytes) -> Result<Response, RestError> {
     let req: NewContext = json_body(&b)?;
     let lang = language(req.language.as_deref())?.unwrap_or_default();
-    let id = format!("ctx-{}", crate::util::random_token(12));
-    let k = Arc::new(Kernel::new(id, lang, req.cwd.as_deref().map(sandbox_path), sb.preload.as_deref()));
-    k.ensure(&sb.target()).await.map_err(|e| match e {
-        Error::Agent(m) => st.app.manager.agent_error(&sb.id, m),
-        e => e,
-    })?;
-    sb.kernels.insert(k.clone());
+    let k = crate::code::create_context(&st.app.manager, &sb, lang, req.cwd.as_deref().map(sandbox_path)).await?;
     Ok(axum::Json(context_view(&k)).into_response())
 }
 

@@ -1,8 +1,6 @@
 //! The code interpreter's routes: run a cell (answer at the end or as an NDJSON stream),
 //! and create, list, restart and remove language contexts.
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -12,7 +10,6 @@ use glovebox_proto::api::{ContextList, CreateContext, RunCode};
 use super::error::ApiResult;
 use super::extract::{json, ndjson, wants_ndjson, Json, Path};
 use super::AppState;
-use crate::code::Kernel;
 use crate::error::Error;
 
 pub async fn run_code(
@@ -35,13 +32,7 @@ pub async fn create_context(
     Json(req): Json<CreateContext>,
 ) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    let cid = format!("ctx-{}", crate::util::random_token(12));
-    let k = Arc::new(Kernel::new(cid, req.language, req.cwd, sb.preload.as_deref()));
-    k.ensure(&sb.target()).await.map_err(|e| match e {
-        Error::Agent(m) => st.manager.agent_error(&id, m),
-        e => e,
-    })?;
-    sb.kernels.insert(k.clone());
+    let k = crate::code::create_context(&st.manager, &sb, req.language, req.cwd).await?;
     Ok(json(StatusCode::CREATED, &k.view()))
 }
 
