@@ -30,7 +30,7 @@ impl ApiError {
 }
 
 /// The status each code is answered with.
-pub fn status_of(code: ErrorCode) -> StatusCode {
+fn status_of(code: ErrorCode) -> StatusCode {
     use ErrorCode as C;
     match code {
         C::InvalidRequest | C::NotADirectory | C::IsADirectory | C::InvalidPath | C::SpawnFailed => {
