@@ -62,3 +62,11 @@ fn the_spec_publishes_every_code() {
     let detail = &spec["components"]["schemas"]["ErrorDetail"]["properties"]["code"];
     assert!(detail.to_string().contains("#/components/schemas/ErrorCode"), "ErrorDetail.code: {detail}");
 }
+
+#[test]
+fn the_api_reference_lists_every_code() {
+    let path = repo().join("docs/api.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let missing: Vec<String> = enum_codes().into_iter().filter(|c| !doc.contains(&format!("`{c}`"))).collect();
+    assert!(missing.is_empty(), "docs/api.md's error table lacks {missing:?}");
+}
