@@ -4,6 +4,7 @@
 
 pub mod adopt;
 pub mod api;
+pub mod backend;
 pub mod broker;
 pub mod code;
 pub mod e2b;
@@ -11,6 +12,7 @@ pub mod egress;
 pub mod error;
 pub mod events;
 pub mod idle;
+pub mod journal;
 pub mod manager;
 pub mod metrics;
 pub mod net;
