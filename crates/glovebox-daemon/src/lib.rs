@@ -27,6 +27,9 @@ pub mod tenants;
 pub mod usage;
 pub mod util;
 
+#[cfg(test)]
+mod router_tests;
+
 /// Caps the allocator's arenas for this process (call first thing in `main`, before any
 /// thread starts): with one arena per thread the daemon's heap grows with every thread that
 /// ever allocated under load, each arena keeping its own free pages.

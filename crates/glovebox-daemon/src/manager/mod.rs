@@ -21,6 +21,8 @@ mod registry;
 mod teardown;
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;
 
 use std::fs;

@@ -1,32 +1,13 @@
 //! The manager on the fake backend: create, exec, the clocks, agent death and destroy, as a
 //! caller sees them. No root, no namespaces.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use glovebox_proto::api::{CreateSandbox, EndReason, ExecRequest};
 
-use super::{Config, Manager};
-use crate::backend::fake::Fake;
+use super::testing::{fixture, Fixture};
+use super::Manager;
 use crate::error::Error;
-
-struct Fixture {
-    m: Arc<Manager>,
-    fake: Arc<Fake>,
-    _tmp: tempfile::TempDir,
-}
-
-fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let mut cfg = Config::new(tmp.path().join("data"), tmp.path().join("no-agent"));
-    cfg.run_dir = tmp.path().join("run");
-    cfg.templates_dir = tmp.path().join("templates");
-    std::fs::create_dir_all(cfg.run_dir.join("base")).expect("run dir");
-    let store = super::open_store(&cfg.data_dir).expect("store");
-    let fake = Arc::new(Fake::new(&tmp.path().join("sandboxes")));
-    let m = Manager::with_backend(cfg, store, fake.clone(), Arc::default()).expect("manager");
-    Fixture { m, fake, _tmp: tmp }
-}
 
 fn request(v: serde_json::Value) -> CreateSandbox {
     serde_json::from_value(v).expect("create request")
