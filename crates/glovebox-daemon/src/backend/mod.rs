@@ -10,6 +10,7 @@
 //!   sandbox running (a restart re-adopts it); only its host-wide claim on its slot goes.
 
 pub mod jail;
+mod jailed;
 pub(crate) mod made_ahead;
 
 #[cfg(test)]
