@@ -36,7 +36,7 @@ use glovebox_proto::api::Limits;
 pub use crate::backend::jail::disk_bytes;
 pub use agent::reply_error;
 pub use network::SANDBOX_CA;
-pub use observer::{Announce, Observer};
+pub use observer::{Announce, LastWords, Observer};
 pub use record::{Deadline, Sb};
 pub(crate) use record::{Running, Settings};
 pub use registry::Registry;
@@ -154,7 +154,8 @@ pub struct Manager {
     pub(crate) registry: Registry,
     /// Booted, never-used sandboxes with the default limits (see `Config::warm_pool`).
     warm: pools::WarmPool,
-    /// Who hears of sandboxes created and ended (the store's records, events, usage).
+    /// Who hears of sandboxes created and ended (the store's records, events, usage; the
+    /// command records).
     observers: Vec<Arc<dyn Observer>>,
     pub metrics: crate::metrics::Metrics,
     pub(crate) net: Arc<crate::net::Net>,
@@ -227,7 +228,7 @@ impl Manager {
             backend,
             registry: Registry::default(),
             warm: pools::WarmPool::default(),
-            observers: vec![Arc::new(journal)],
+            observers: vec![Arc::new(journal), Arc::new(crate::records::Flush)],
             metrics: crate::metrics::Metrics::default(),
             net: Arc::new(crate::net::Net::new()),
             tenants: Arc::new(crate::tenants::Tenants::new()),

@@ -32,8 +32,12 @@ impl Manager {
         for a in announced {
             a();
         }
-        // What its agent still knows of its commands, before the kill.
-        crate::records::flush(self, &sb).await;
+        // What its agent still knows (of its commands), before the kill.
+        for o in &self.observers {
+            if let Some(last) = o.before_kill(self, &sb) {
+                last.await;
+            }
+        }
         sb.clock.wake.notify_one();
         sb.net.dns_stop.notify_waiters();
         // The kill is waited for: when this returns, nothing of the sandbox runs any more.

@@ -149,3 +149,21 @@ async fn destroy_all_ends_every_sandbox() {
         assert!(matches!(f.m.get(id), Err(Error::Gone { reason: EndReason::Killed, .. })));
     }
 }
+
+#[tokio::test]
+async fn observers_record_the_life_and_the_commands() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    let r = crate::ops::exec(&f.m, &sb, exec(serde_json::json!({"cmd": ["echo", "kept"]}))).await.expect("exec");
+    f.m.destroy_because(&sb.id, EndReason::Killed, Some("by the test")).await;
+    let rows = f.m.store.events(Some(&sb.id), 0, 10).expect("events");
+    let kinds: Vec<(&str, Option<&str>, Option<&str>)> =
+        rows.iter().map(|e| (e.kind.as_str(), e.reason.as_deref(), e.detail.as_deref())).collect();
+    assert_eq!(kinds, [("created", None, None), ("ended", Some("killed"), Some("by the test"))]);
+    // The end is stored with its usage; the command's record outlives the sandbox.
+    assert_eq!(f.m.store.end_reason(&sb.id).expect("store"), Some(EndReason::Killed));
+    assert_eq!(f.m.usage_of(&sb.id).map(|u| u.sandbox_id), Some(sb.id.clone()));
+    f.m.records.settle().await;
+    let rec = f.m.store.command(&sb.id, r.id).expect("store").expect("command record");
+    assert_eq!((rec.exit.exit_code, rec.stdout.as_slice()), (0, &b"kept\n"[..]));
+}
