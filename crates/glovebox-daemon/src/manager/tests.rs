@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use glovebox_proto::api::{CreateSandbox, EndReason, ExecRequest};
 
-use super::testing::{fixture, Fixture};
+use super::testing::{fixture, fixture_with, Fixture};
 use super::Manager;
 use crate::error::Error;
 
@@ -166,4 +166,34 @@ async fn observers_record_the_life_and_the_commands() {
     f.m.records.settle().await;
     let rec = f.m.store.command(&sb.id, r.id).expect("store").expect("command record");
     assert_eq!((rec.exit.exit_code, rec.stdout.as_slice()), (0, &b"kept\n"[..]));
+}
+
+/// Waits (at most 5 s) for the warm pool to hold one sandbox; the ids booted so far.
+async fn one_warm(f: &Fixture) -> Vec<String> {
+    let t = Instant::now();
+    while f.m.warm_count() < 1 && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(f.m.warm_count(), 1, "the pool filled");
+    lock_booted(f)
+}
+
+#[tokio::test]
+async fn a_warm_sandbox_is_handed_out_and_replaced() {
+    let f = fixture_with(|cfg| cfg.warm_pool = 1);
+    let booted = one_warm(&f).await;
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    assert_eq!(Some(&sb.id), booted.last(), "the create took the warm sandbox");
+    // Other limits than the pool's are applied to a warm sandbox...
+    let booted = one_warm(&f).await;
+    let sb = f.m.create(request(serde_json::json!({"resources": {"cpus": 0.5}}))).await.expect("create");
+    assert_eq!(Some(&sb.id), booted.last());
+    assert_eq!(sb.limits.cpus, 0.5);
+    // ...but a disk size its tmpfs cannot take boots a fresh one.
+    let booted = one_warm(&f).await;
+    let sb = f.m.create(request(serde_json::json!({"resources": {"disk_mb": 64}}))).await.expect("create");
+    assert!(!booted.contains(&sb.id));
+    assert_eq!(f.m.warm_count(), 1);
+    f.m.destroy_all(EndReason::Killed).await;
+    assert_eq!(f.m.warm_count(), 0, "shutdown discards the pool");
 }
