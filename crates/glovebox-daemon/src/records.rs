@@ -251,6 +251,15 @@ pub async fn watch_running(m: &Arc<Manager>, sb: &Arc<Sb>) {
     }
 }
 
+/// The command records' observer of sandboxes: [`flush`] before each kill.
+pub struct Flush;
+
+impl crate::manager::Observer for Flush {
+    fn before_kill<'a>(&'a self, m: &'a Manager, sb: &'a Arc<Sb>) -> Option<crate::manager::LastWords<'a>> {
+        Some(Box::pin(flush(m, sb)))
+    }
+}
+
 /// Before a sandbox is killed: records every command its agent still has that the store
 /// lacks — finished ones as they ended, running ones with their output so far and the
 /// SIGKILL the teardown is about to send. Bounded by `FLUSH_BOUND` altogether.
