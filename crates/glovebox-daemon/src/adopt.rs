@@ -143,8 +143,8 @@ impl Manager {
         let policy = glovebox_proto::policy::parse(&rec.config.network).ok();
         let this = self.clone();
         tokio::spawn(async move {
-            let ping = this.agent_call(&sb, &glovebox_proto::agent::Request::Ping).await;
-            if !matches!(ping, Ok(glovebox_proto::agent::Reply::Pong { .. })) {
+            let ping = sb.agent().ping().await;
+            if ping.is_err() {
                 tracing::warn!(sandbox = %sb.id, "adopted sandbox's agent does not answer: {ping:?}");
                 this.destroy_because(&sb.id, EndReason::DaemonRestart, Some("agent did not answer after restart"))
                     .await;

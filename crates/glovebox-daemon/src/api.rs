@@ -643,7 +643,7 @@ async fn prometheus(Extension(caller): Extension<Caller>, State(st): State<AppSt
 async fn sandbox_metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let mut m = sb.metrics();
-    if let Ok(u) = ops::agent(&sb).usage().await {
+    if let Ok(u) = sb.agent().usage().await {
         m.disk_used_bytes = u.disk_used_bytes;
     }
     Ok(json(StatusCode::OK, &m))

@@ -66,7 +66,7 @@ impl Activity {
 /// agent; an agent that does not answer counts as busy, the death watch handles a dead one).
 pub async fn commands_running(_m: &crate::manager::Manager, sb: &crate::manager::Sb) -> bool {
     use glovebox_proto::agent::Command;
-    match crate::agent::AgentClient::new(&sb.socket).list().await {
+    match sb.agent().list().await {
         Ok(commands) => commands.iter().any(|c| {
             let kernel = match &c.cmd {
                 Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::code::KERNEL_DIR)),

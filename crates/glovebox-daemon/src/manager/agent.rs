@@ -1,34 +1,20 @@
-//! The manager's own calls to a sandbox's agent (one request, one reply; writing a file),
-//! and how a broken agent connection is reported: as the reason the sandbox is gone, when
-//! it is.
-
-use glovebox_proto::agent::{self as ap, Reply, Request};
-use glovebox_proto::io::{Reader, Writer};
+//! A sandbox's agent as the manager reaches it: the client (the `agent` room owns the
+//! protocol), writing a file, and how a broken agent connection is reported: as the reason
+//! the sandbox is gone, when it is.
 
 use super::{Manager, Sb};
+use crate::agent::AgentClient;
 use crate::error::{Error, Result};
 use glovebox_proto::api::EndReason;
 
 impl Sb {
-    /// A new connection to the sandbox's agent.
-    pub async fn connect(&self) -> Result<(Reader, Writer)> {
-        glovebox_proto::io::connect(self.host.agent_socket()).await.map_err(|e| Error::Agent(e.to_string()))
+    /// A client of the sandbox's agent.
+    pub fn agent(&self) -> AgentClient {
+        AgentClient::new(self.host.agent_socket())
     }
 }
 
 impl Manager {
-    /// One request to a sandbox's agent, answered by one reply.
-    pub async fn agent_call(&self, sb: &Sb, req: &Request) -> Result<Reply> {
-        let call = async {
-            let (mut r, mut w) = sb.connect().await?;
-            w.json(req).await?;
-            r.json::<Reply>().await.map_err(|e| self.agent_error(&sb.id, e))
-        };
-        tokio::time::timeout(crate::ops::AGENT_REPLY, call)
-            .await
-            .map_err(|_| self.agent_error(&sb.id, "the agent did not answer in time"))?
-    }
-
     /// Turns a broken agent connection into the reason the sandbox is gone, when it is.
     pub fn agent_error(&self, id: &str, e: impl std::fmt::Display) -> Error {
         match self.get(id) {
@@ -43,21 +29,13 @@ impl Manager {
     }
 }
 
-/// Maps an agent `Reply::Error` to the manager's error.
-pub fn reply_error(code: ap::ErrorCode, message: String) -> Error {
-    Error::File { code, message }
-}
-
 /// Writes `body` to `path` inside the sandbox, through its agent (0644, parents made).
 pub(super) async fn write_file(sb: &Sb, path: &str, body: &[u8]) -> Result<()> {
-    let (mut r, mut w) = sb.connect().await?;
-    w.json(&Request::WriteFile { path: path.into(), mode: Some(0o644), parents: true }).await?;
+    let fail = |e: crate::agent::AgentError| Error::Agent(format!("write {path}: {e}"));
+    let mut up = sb.agent().write_file(path.to_string(), Some(0o644)).await.map_err(fail)?;
     for chunk in body.chunks(64 * 1024) {
-        w.data(glovebox_proto::frame::Kind::Data, chunk).await?;
+        up.send(chunk).await.map_err(fail)?;
     }
-    w.json(&Request::EndData).await?;
-    match r.json::<Reply>().await? {
-        Reply::FileInfo(_) => Ok(()),
-        other => Err(Error::Agent(format!("write {path}: {other:?}"))),
-    }
+    up.finish().await.map_err(fail)?;
+    Ok(())
 }

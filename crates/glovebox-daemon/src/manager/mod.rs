@@ -34,7 +34,6 @@ use std::time::Duration;
 use glovebox_proto::api::Limits;
 
 pub use crate::backend::jail::disk_bytes;
-pub use agent::reply_error;
 pub use network::SANDBOX_CA;
 pub use observer::{Announce, LastWords, Observer};
 pub use record::{Deadline, Sb};
