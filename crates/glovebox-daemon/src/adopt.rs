@@ -16,14 +16,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use glovebox_proto::api::{EndReason, EventKind};
-use tokio::sync::Notify;
 
-use crate::manager::{lock, Manager, Sb};
-use crate::store::{proc_start_time, SandboxRecord};
+use crate::manager::{Deadline, Manager, Running, Sb, Settings};
+use crate::store::SandboxRecord;
 
 /// What reconciliation does with one orphaned sandbox dir.
 pub(crate) enum Disposition {
@@ -87,24 +86,13 @@ impl Manager {
             // Its build ended with the daemon that ran it (and its upper dir with it).
             return Err("a template build step's sandbox".into());
         }
-        let pid = rustix::process::Pid::from_raw(rec.pid).ok_or("no PID 1 recorded")?;
-        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-            .map_err(|_| "PID 1 is not running".to_string())?;
-        // Checked after the pidfd is open: the pidfd then names this very process.
-        if proc_start_time(rec.pid) != Some(rec.pid_start) || !crate::manager::pidfd_alive(Some(&pidfd)) {
-            return Err("PID 1 is not running (its pid belongs to another process)".into());
-        }
-        let cgroup = match self.cgroups.open(&rec.id) {
-            Ok(Some(c)) => c,
-            Ok(None) => return Err("its cgroup is gone".into()),
-            Err(e) => return Err(format!("cgroup: {e}")),
-        };
-        let socket = dir.join("agent.sock");
-        std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("agent socket: {e}"))?;
-        let slot = match self.slots.adopt(rec.slot, &rec.id) {
-            Ok(Some(s)) => s,
-            _ => return Err(format!("uid slot {} could not be re-taken", rec.slot)),
-        };
+        let host = self.backend().reopen(&crate::backend::Recorded {
+            id: &rec.id,
+            pid: rec.pid,
+            pid_start: rec.pid_start,
+            slot: rec.slot,
+            dir,
+        })?;
         let policy = glovebox_proto::policy::parse(&rec.config.network).map_err(|e| format!("network policy: {e}"))?;
         if policy.needs_link() {
             // The old link's firewall table dies with the old daemon: cut the link now (the
@@ -116,56 +104,47 @@ impl Manager {
         }
         let now = SystemTime::now();
         let left = rec.deadline.duration_since(now).unwrap_or(Duration::ZERO);
-        let cpu_now = cgroup.stats().map(|s| s.cpu_usage_usec).unwrap_or(0);
+        let cpu_now = host.cpu_usage_usec().unwrap_or(0);
         let tenant = rec.config.tenant.clone().unwrap_or_else(|| "default".to_string());
-        Ok(Arc::new(Sb {
-            id: rec.id.clone(),
+        let settings = Settings {
             template: rec.template.clone(),
             created_at: rec.created_at,
             limits: rec.config.limits.clone(),
             metadata: rec.config.metadata.clone(),
             env: rec.config.env.clone(),
-            network: Mutex::new((rec.config.network.clone(), false)),
-            dns_stop: Arc::new(Notify::new()),
-            egress: crate::egress::Egress::new(policy, self.secrets.clone(), &tenant),
-            trust_env: Mutex::new(std::collections::BTreeMap::new()),
-            pid: rec.pid,
-            pid_start: rec.pid_start,
-            pidfd: Some(pidfd),
-            socket,
-            dir: dir.to_path_buf(),
-            cgroup,
-            deadline: Mutex::new((Instant::now() + left, rec.deadline)),
-            clock: Notify::new(),
-            activity: Arc::default(),
             idle_timeout: rec.config.idle_timeout_s.map(Duration::from_secs),
-            kernels: crate::code::Kernels::default(),
-            cpu_sample: Mutex::new((Instant::now(), 0)),
             preload: rec.config.preload.clone(),
             // The template as stored now (its defaults; its layers kept by GC).
             template_defaults: self.templates.store.load(&rec.template).map(Arc::new),
-            // Its commands from before the restart are unknown: the teardown asks its agent.
-            commands: crate::records::Counts::unknown(),
-            tenant,
+            tenant: tenant.clone(),
+        };
+        let run = Running {
+            host,
+            pid_start: rec.pid_start,
+            kernels: crate::code::Kernels::default(),
+            egress: crate::egress::Egress::new(policy, self.secrets.clone(), &tenant),
+            deadline: Deadline { at: Instant::now() + left, wall: rec.deadline },
             // CPU: the cgroup's counter kept running while the daemon was down, so everything
             // above the base recorded at create is billed (older records have none: from
             // now). Memory is integrated again from now; wall time from the creation.
             meter: crate::usage::Meter::resumed(rec.created_at, rec.config.cpu_base_usec.unwrap_or(cpu_now)),
-            _slot: slot,
-        }))
+            // Its commands from before the restart are unknown: the teardown asks its agent.
+            commands: crate::records::Counts::unknown(),
+        };
+        Ok(Arc::new(Sb::new(settings, rec.config.network.clone(), run)))
     }
 
     /// Makes an adopted sandbox live and finishes its recovery in the background: the
     /// agent must answer, the network link is rebuilt, background commands are watched.
     fn adopted(self: &Arc<Self>, sb: Arc<Sb>, rec: &SandboxRecord) {
         self.tenants.count_adopted(&sb.tenant, &sb.limits);
-        self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb.clone());
+        self.registry.insert(sb.clone());
         self.watch(sb.clone());
         let policy = glovebox_proto::policy::parse(&rec.config.network).ok();
         let this = self.clone();
         tokio::spawn(async move {
-            let ping = this.agent_call(&sb, &glovebox_proto::agent::Request::Ping).await;
-            if !matches!(ping, Ok(glovebox_proto::agent::Reply::Pong { .. })) {
+            let ping = sb.agent().ping().await;
+            if ping.is_err() {
                 tracing::warn!(sandbox = %sb.id, "adopted sandbox's agent does not answer: {ping:?}");
                 this.destroy_because(&sb.id, EndReason::DaemonRestart, Some("agent did not answer after restart"))
                     .await;
@@ -195,7 +174,7 @@ impl Manager {
         let Ok(recs) = self.store.live_sandboxes() else { return };
         let dir = self.cfg.run_dir.join("sandboxes");
         for r in recs {
-            if self.live.read().unwrap_or_else(|p| p.into_inner()).contains_key(&r.id) {
+            if self.registry.contains(&r.id) {
                 continue;
             }
             // A live sandbox always has its dir (made before its record, removed after its end).
@@ -213,9 +192,4 @@ impl Manager {
         }
         self.events.record(id, EventKind::Ended, Some(reason), detail);
     }
-}
-
-/// Keeps the live deadline in a form the store can take.
-pub(crate) fn deadline_of(sb: &Sb) -> SystemTime {
-    lock(&sb.deadline).1
 }

@@ -8,7 +8,8 @@
 //!
 //! Invariant: every guard handed out is dropped exactly once (it is an RAII value), so the
 //! busy count cannot stay raised by a request that ended. The HTTP layer holds a guard for
-//! each request on a sandbox (`http::activity`).
+//! each request on a sandbox (`http::activity`); the manager's idle clock asks the agent
+//! whether commands run.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,22 +54,6 @@ impl Activity {
 
     pub fn last(&self) -> Instant {
         *self.last.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Whether any command other than a language kernel runs in the sandbox (asked of its
-/// agent; an agent that does not answer counts as busy, the death watch handles a dead one).
-pub async fn commands_running(_m: &crate::manager::Manager, sb: &crate::manager::Sb) -> bool {
-    use glovebox_proto::agent::Command;
-    match crate::agent::AgentClient::new(&sb.socket).list().await {
-        Ok(commands) => commands.iter().any(|c| {
-            let kernel = match &c.cmd {
-                Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::code::KERNEL_DIR)),
-                Command::Shell(s) => s.contains(crate::code::KERNEL_DIR),
-            };
-            c.running && !kernel
-        }),
-        Err(_) => true,
     }
 }
 

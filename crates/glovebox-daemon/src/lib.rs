@@ -4,6 +4,7 @@
 
 pub mod adopt;
 pub mod agent;
+pub mod backend;
 pub mod broker;
 pub mod code;
 pub mod e2b;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod idle;
+pub mod journal;
 pub mod manager;
 pub mod metrics;
 pub mod net;
@@ -25,6 +27,9 @@ pub mod templates;
 pub mod tenants;
 pub mod usage;
 pub mod util;
+
+#[cfg(test)]
+mod router_tests;
 
 /// Caps the allocator's arenas for this process (call first thing in `main`, before any
 /// thread starts): with one arena per thread the daemon's heap grows with every thread that

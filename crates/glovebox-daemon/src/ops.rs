@@ -11,12 +11,11 @@ use futures_util::{Stream, StreamExt};
 use glovebox_proto::agent::{self as ap, ExecSpec, FileInfo};
 use glovebox_proto::api::{CommandList, CommandSummary, Encoding, ExecRequest, ExecResult, ExecStreamLine, Started};
 
-use crate::agent::{AgentClient, AgentError, Op, Output, Running};
+use crate::agent::{AgentError, Op, Output, Running};
 use crate::error::{Error, Result};
 use crate::manager::{Manager, Sb};
 
 /// How long the daemon waits for a reply of an agent (the manager's own agent calls use it).
-pub use crate::agent::REPLY_TIMEOUT as AGENT_REPLY;
 /// Most output kept per stream when re-reading a command (the API's own cap).
 const MAX_KEPT: u64 = 64 << 20;
 
@@ -63,11 +62,6 @@ fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
     ))
 }
 
-/// The agent of `sb`.
-pub fn agent(sb: &Sb) -> AgentClient {
-    AgentClient::new(&sb.socket)
-}
-
 /// Maps a failed `op` request to `sb`'s agent to the daemon's error: a broken connection
 /// reports the sandbox's end when it ended meanwhile.
 pub fn failed<'a>(m: &'a Manager, sb: &'a Sb, op: Op) -> impl Fn(AgentError) -> Error + 'a {
@@ -78,7 +72,7 @@ pub fn failed<'a>(m: &'a Manager, sb: &'a Sb, op: Op) -> impl Fn(AgentError) -> 
 async fn start(m: &Manager, sb: &Sb, spec: &ExecSpec, stdin: Option<Vec<u8>>) -> Result<Running> {
     // Counted before the agent hears of it, so a teardown meanwhile asks the agent.
     sb.commands.started();
-    let mut run = agent(sb).exec(spec).await.map_err(failed(m, sb, Op::Exec))?;
+    let mut run = sb.agent().exec(spec).await.map_err(failed(m, sb, Op::Exec))?;
     if let Some(data) = stdin {
         run.stdin.send(&data, true).await.map_err(failed(m, sb, Op::Command(run.id)))?;
     }
@@ -138,7 +132,7 @@ fn count_command(m: &Manager, r: &ExecResult, took: Duration) {
 pub async fn exec_background(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<Started> {
     let (spec, stdin) = spec(sb, &req)?;
     sb.commands.started();
-    let run = agent(sb).exec(&spec).await.map_err(failed(m, sb, Op::Exec))?;
+    let run = sb.agent().exec(&spec).await.map_err(failed(m, sb, Op::Exec))?;
     let started = Started { id: run.id, pid: run.pid };
     // The agent ends a background exchange after `Started`: stdin goes separately.
     drop(run);
@@ -220,12 +214,12 @@ pub async fn command_result(m: &Manager, sb: &Sb, id: u64, wait: bool, enc: Enco
         }
     }
     let fail = failed(m, sb, Op::Output(id));
-    let (exit, out) = agent(sb).attach(id).await.map_err(&fail)?.collect(MAX_KEPT).await.map_err(&fail)?;
+    let (exit, out) = sb.agent().attach(id).await.map_err(&fail)?.collect(MAX_KEPT).await.map_err(&fail)?;
     Ok(result(exit, out, enc, false))
 }
 
 pub async fn list_commands(m: &Manager, sb: &Sb) -> Result<CommandList> {
-    let commands = agent(sb).list().await.map_err(failed(m, sb, Op::File))?;
+    let commands = sb.agent().list().await.map_err(failed(m, sb, Op::File))?;
     Ok(CommandList {
         commands: commands
             .into_iter()
@@ -244,32 +238,32 @@ pub async fn signal(m: &Manager, sb: &Sb, id: u64, signal: i32) -> Result<()> {
     if !(1..=64).contains(&signal) {
         return Err(Error::Invalid(format!("signal must be between 1 and 64, got {signal}")));
     }
-    agent(sb).signal(id, signal).await.map_err(failed(m, sb, Op::Command(id)))
+    sb.agent().signal(id, signal).await.map_err(failed(m, sb, Op::Command(id)))
 }
 
 pub async fn send_stdin(m: &Manager, sb: &Sb, id: u64, data: &[u8], close: bool) -> Result<()> {
-    agent(sb).stdin(id, data, close).await.map_err(failed(m, sb, Op::Command(id)))
+    sb.agent().stdin(id, data, close).await.map_err(failed(m, sb, Op::Command(id)))
 }
 
 pub async fn stat(m: &Manager, sb: &Sb, path: String) -> Result<FileInfo> {
-    agent(sb).stat(path).await.map_err(failed(m, sb, Op::File))
+    sb.agent().stat(path).await.map_err(failed(m, sb, Op::File))
 }
 
 pub async fn list_dir(m: &Manager, sb: &Sb, path: String, depth: u32) -> Result<Vec<FileInfo>> {
-    agent(sb).list_dir(path, depth).await.map_err(failed(m, sb, Op::File))
+    sb.agent().list_dir(path, depth).await.map_err(failed(m, sb, Op::File))
 }
 
 /// Makes a directory and its missing parents.
 pub async fn make_dir(m: &Manager, sb: &Sb, path: String) -> Result<FileInfo> {
-    agent(sb).make_dir(path, true).await.map_err(failed(m, sb, Op::File))
+    sb.agent().make_dir(path, true).await.map_err(failed(m, sb, Op::File))
 }
 
 pub async fn remove(m: &Manager, sb: &Sb, path: String, recursive: bool) -> Result<()> {
-    agent(sb).remove(path, recursive).await.map_err(failed(m, sb, Op::File))
+    sb.agent().remove(path, recursive).await.map_err(failed(m, sb, Op::File))
 }
 
 pub async fn rename(m: &Manager, sb: &Sb, from: String, to: String) -> Result<FileInfo> {
-    agent(sb).rename(from, to).await.map_err(failed(m, sb, Op::File))
+    sb.agent().rename(from, to).await.map_err(failed(m, sb, Op::File))
 }
 
 pub async fn download(
@@ -277,7 +271,7 @@ pub async fn download(
     sb: std::sync::Arc<Sb>,
     path: String,
 ) -> Result<(FileInfo, impl Stream<Item = std::result::Result<Bytes, std::io::Error>>)> {
-    let (info, reader) = agent(&sb).read_file(path).await.map_err(failed(&m, &sb, Op::File))?;
+    let (info, reader) = sb.agent().read_file(path).await.map_err(failed(&m, &sb, Op::File))?;
     let stream = futures_util::stream::unfold(reader, |mut r| async move {
         match r.next().await {
             Ok(Some(b)) => Some((Ok(Bytes::from(b)), r)),
@@ -307,7 +301,7 @@ where
             e
         }
     };
-    let mut up = agent(sb).write_file(path, mode).await.map_err(failed(m, sb, Op::File))?;
+    let mut up = sb.agent().write_file(path, mode).await.map_err(failed(m, sb, Op::File))?;
     let mut body = body;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| Error::Invalid(format!("upload body: {e}")))?;
@@ -323,7 +317,7 @@ pub async fn attach(
     sb: std::sync::Arc<Sb>,
     id: u64,
 ) -> Result<impl Stream<Item = Result<Output>>> {
-    let output = agent(&sb).attach(id).await.map_err(failed(&m, &sb, Op::Output(id)))?;
+    let output = sb.agent().attach(id).await.map_err(failed(&m, &sb, Op::Output(id)))?;
     Ok(futures_util::stream::unfold(Some((output, m, sb)), move |st| async move {
         let (mut output, m, sb) = st?;
         let item = output.next().await.map_err(failed(&m, &sb, Op::Output(id)));

@@ -18,9 +18,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use glovebox_proto::agent::{self as ap, Event, ExitStatus, Reply, Request};
+use glovebox_proto::agent::{self as ap, ExitStatus};
 use glovebox_proto::api::{Encoding, ExecResult};
-use glovebox_proto::frame::Kind;
+
+use crate::agent::Output;
 
 use crate::manager::{Manager, Sb};
 use crate::store::{CommandRecord, Store};
@@ -197,31 +198,23 @@ pub async fn stored_result(m: &Manager, sandbox_id: &str, cmd_id: u64, enc: Enco
 /// Reads an `Attach` exchange: output (first [`KEPT`] bytes per stream) until the exit, or
 /// until `quiet` passes without a frame (then `None` for the exit: the command still runs).
 async fn attach(sb: &Sb, id: u64, quiet: Option<Duration>) -> Option<(Option<ExitStatus>, [Vec<u8>; 2])> {
-    let (mut r, mut w) = sb.connect().await.ok()?;
-    w.json(&Request::Attach { id }).await.ok()?;
+    let mut stream = sb.agent().attach(id).await.ok()?;
     let mut out = [Vec::new(), Vec::new()];
     loop {
         let next = match quiet {
-            Some(q) => match tokio::time::timeout(q, r.next()).await {
+            Some(q) => match tokio::time::timeout(q, stream.next()).await {
                 Ok(n) => n,
                 Err(_) => return Some((None, out)),
             },
-            None => r.next().await,
+            None => stream.next().await,
         };
-        match next.ok()? {
-            Some((k @ (Kind::Stdout | Kind::Stderr), b)) => {
-                let o = &mut out[if k == Kind::Stdout { 0 } else { 1 }];
-                let room = KEPT.saturating_sub(o.len());
-                o.extend_from_slice(&b[..b.len().min(room)]);
-            }
-            Some((Kind::Json, b)) => {
-                return match serde_json::from_slice::<Event>(&b) {
-                    Ok(Event::Exited(e)) => Some((Some(e), out)),
-                    _ => None,
-                }
-            }
-            _ => return None,
-        }
+        let (o, b) = match next.ok()? {
+            Output::Stdout(b) => (&mut out[0], b),
+            Output::Stderr(b) => (&mut out[1], b),
+            Output::Exited(e) => return Some((Some(e), out)),
+        };
+        let room = KEPT.saturating_sub(o.len());
+        o.extend_from_slice(&b[..b.len().min(room)]);
     }
 }
 
@@ -242,12 +235,21 @@ pub fn watch_background(m: Arc<Manager>, sb: Arc<Sb>, id: u64, cmd: ap::Command)
 
 /// Watches every running background command of an adopted sandbox.
 pub async fn watch_running(m: &Arc<Manager>, sb: &Arc<Sb>) {
-    if let Ok(Reply::Commands { commands }) = m.agent_call(sb, &Request::List).await {
+    if let Ok(commands) = sb.agent().list().await {
         for c in commands {
             if c.running {
                 watch_background(m.clone(), sb.clone(), c.id, c.cmd);
             }
         }
+    }
+}
+
+/// The command records' observer of sandboxes: [`flush`] before each kill.
+pub struct Flush;
+
+impl crate::manager::Observer for Flush {
+    fn before_kill<'a>(&'a self, m: &'a Manager, sb: &'a Arc<Sb>) -> Option<crate::manager::LastWords<'a>> {
+        Some(Box::pin(flush(m, sb)))
     }
 }
 
@@ -260,7 +262,7 @@ pub async fn flush(m: &Manager, sb: &Sb) {
         return;
     }
     let go = async {
-        let Ok(Reply::Commands { commands }) = m.agent_call(sb, &Request::List).await else { return };
+        let Ok(commands) = sb.agent().list().await else { return };
         m.records.settle().await;
         let known = m.store.command_ids(&sb.id).unwrap_or_default();
         for c in commands {

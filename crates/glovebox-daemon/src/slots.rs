@@ -51,6 +51,11 @@ impl Slots {
         Ok(Slots { dir: dir.to_path_buf() })
     }
 
+    /// Where the slots' lock files are.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn path(&self, n: u32) -> PathBuf {
         self.dir.join(format!("{n}.lock"))
     }

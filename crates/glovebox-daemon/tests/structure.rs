@@ -1,5 +1,6 @@
-//! The shape of the code, checked: no module of any workspace crate imports (through `crate::`
-//! paths, `use` groups included) a module that imports it back, directly or round a loop; no
+//! The shape of the code, checked: no room (top-level module, with every file under it) of any
+//! workspace crate imports (through `crate::` paths, `use` groups included) a room that imports
+//! it back, directly or round a loop — a room's files may use each other, rooms may not; no
 //! daemon source file is over 1,000 lines outside its tests, and none of the manager's over
 //! 500. Test code (a trailing `#[cfg(test)]` module, `tests.rs`, `*_tests.rs`) is not counted:
 //! tests may reach anywhere.
@@ -127,21 +128,24 @@ fn target<'a>(mods: &'a BTreeMap<String, String>, path: &str) -> Option<&'a str>
     (1..=segs.len()).rev().find_map(|i| mods.get_key_value(&segs[..i].join("::")).map(|(k, _)| k.as_str()))
 }
 
-/// Module → modules it imports (a module and its own parent or children do not count: a
-/// parent declares its children, and children may use what their parent re-exports).
+/// The room a module belongs to: its first segment (`manager::create` is in `manager`).
+fn room(m: &str) -> &str {
+    m.split("::").next().unwrap_or(m)
+}
+
+/// Room → rooms its files import (the crate root, which declares every room, does not count).
 fn edges(mods: &BTreeMap<String, String>) -> BTreeMap<&str, BTreeSet<&str>> {
     let mut g: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for (m, text) in mods {
-        let set = g.entry(m.as_str()).or_default();
+        if m.is_empty() {
+            continue;
+        }
+        let from = room(m);
+        g.entry(from).or_default();
         for p in crate_paths(text) {
-            if let Some(t) = target(mods, &p) {
-                let related = t == m
-                    || t.is_empty()
-                    || m.is_empty()
-                    || t.starts_with(&format!("{m}::"))
-                    || m.starts_with(&format!("{t}::"));
-                if !related {
-                    set.insert(t);
+            if let Some(t) = target(mods, &p).map(room) {
+                if !t.is_empty() && t != from {
+                    g.entry(from).or_default().insert(t);
                 }
             }
         }
@@ -244,4 +248,7 @@ fn the_loop_check_sees_loops_and_groups() {
     assert_eq!(loops(&g), vec![vec!["a", "b"]]);
     mods.insert("b".to_string(), String::new());
     assert!(loops(&edges(&mods)).is_empty());
+    // A loop through a room's inner file is the room's loop.
+    mods.insert("c::inner".to_string(), "use crate::d::Z;".to_string());
+    assert_eq!(loops(&edges(&mods)), vec![vec!["a", "c", "d"]]);
 }

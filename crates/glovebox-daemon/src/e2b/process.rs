@@ -237,7 +237,7 @@ fn is_kernel(cmd: &Command) -> bool {
 }
 
 async fn list(m: &Manager, sb: &Sb) -> Result<Value, RpcError> {
-    let cmds = ops::agent(sb).list().await.map_err(ops::failed(m, sb, Op::File))?;
+    let cmds = sb.agent().list().await.map_err(ops::failed(m, sb, Op::File))?;
     let processes: Vec<Value> = cmds
         .iter()
         .filter(|c| c.running && !is_kernel(&c.cmd))

@@ -80,7 +80,7 @@ pub async fn keepalive(State(st): State<AppState>, Path(id): Path<String>) -> Ap
 pub async fn metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let mut m = sb.metrics();
-    if let Ok(u) = crate::ops::agent(&sb).usage().await {
+    if let Ok(u) = sb.agent().usage().await {
         m.disk_used_bytes = u.disk_used_bytes;
     }
     Ok(json(StatusCode::OK, &m))

@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use super::spec::{self, Cmd, Instr};
 use super::store::{hash_parts, hex, TemplateMeta};
-use crate::agent::{AgentClient, AgentError, Output, Running};
+use crate::agent::{AgentError, Output, Running};
 use crate::manager::{Manager, Sb, Template};
 
 /// The template name build sandboxes show (not a valid template name, so never a real one).
@@ -547,8 +547,7 @@ async fn exec(
         AgentError::Closed(_) => agent("the sandbox ended before the command".into()),
         e => agent(m.agent_error(&sb.id, e).to_string()),
     };
-    let Running { mut output, stdin: mut writer, .. } =
-        AgentClient::new(&sb.socket).exec(&spec).await.map_err(broken)?;
+    let Running { mut output, stdin: mut writer, .. } = sb.agent().exec(&spec).await.map_err(broken)?;
     let feeder = stdin.map(|data| {
         tokio::spawn(async move {
             let _ = writer.send(&data, true).await;

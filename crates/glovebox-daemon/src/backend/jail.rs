@@ -1,0 +1,408 @@
+//! The process jail tier: each sandbox is a `glovebox-agent` jailed in its own namespaces,
+//! cgroups and uid range (see `glovebox_jail`). The jail config is built here, in one place,
+//! from the backend-neutral [`Spec`].
+//!
+//! Invariants:
+//! - Everything a sandbox owns on the host (uid slot, cgroups, its run directory) is taken in
+//!   that order and released in reverse; a failed boot releases what it took.
+//! - Signals and waits go through a pidfd, so they never hit a recycled pid.
+
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use glovebox_jail::cgroup::{self, CgroupDriver};
+use glovebox_jail::config::JailConfig;
+use glovebox_proto::api::Limits;
+
+use super::jailed::{pidfd_alive, Jailed};
+use super::made_ahead::{quiet_moment, NetnsPool, Shell, Shells};
+use super::{Backend, Instance, Orphan, Recorded, Spec};
+use crate::error::{Error, Result};
+use crate::idle::Activity;
+use crate::slots::{Slots, RANGE};
+use crate::util::random_token;
+
+/// What a jailed sandbox's host side is made of.
+struct Host {
+    cgroups: Box<dyn CgroupDriver>,
+    slots: Slots,
+    /// `<run_dir>/sandboxes`: one private directory per sandbox.
+    sandboxes: PathBuf,
+    /// `<run_dir>/base`: the base skeletons, one per process sharing the run dir.
+    bases: PathBuf,
+    /// The limits shells are made ahead with (the daemon's defaults).
+    defaults: cgroup::Limits,
+    shells: Shells,
+    /// Sandbox work in flight: what is made ahead waits for a quiet moment.
+    work: Arc<Activity>,
+}
+
+/// The process jail.
+pub struct Jail {
+    host: Arc<Host>,
+    /// Starts jailers (through a fork server, see `glovebox_jail::launch::Launcher`).
+    launcher: glovebox_jail::launch::Launcher,
+    /// The root skeleton over the host's /usr (this process's own copy).
+    skel: PathBuf,
+    /// The commands' seccomp filter, compiled once for every sandbox's agent.
+    seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    /// Network namespaces made ahead of the sandboxes that will use them.
+    netns: Arc<NetnsPool>,
+}
+
+/// The cgroup limits for a sandbox's limits.
+pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
+    cgroup::Limits { memory_bytes: l.memory_mb << 20, cpu_quota: l.cpus, pids: l.pids }
+}
+
+impl Jail {
+    /// Prepares the jail under `run_dir` (its `sandboxes`, `base` and `slots` directories
+    /// exist): detects the cgroups, builds this process's base skeleton (with the language
+    /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet.
+    pub fn open(
+        run_dir: &Path,
+        cgroup_root: &Path,
+        agent_exe: &Path,
+        defaults: &Limits,
+        work: Arc<Activity>,
+    ) -> Result<Jail> {
+        let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
+        fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
+            .map_err(internal("chmod slots dir"))?;
+        let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
+        // Each process sharing the data dir gets its own skeleton copy, so one daemon's
+        // start never replaces the tree under another's running sandboxes.
+        let skel = run_dir.join("base").join(format!("host-{}", std::process::id()));
+        glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
+        let kdir = skel.join(crate::code::KERNEL_DIR.trim_start_matches('/'));
+        fs::create_dir_all(&kdir).map_err(internal("kernel dir"))?;
+        for (name, body) in crate::code::KERNEL_FILES {
+            fs::write(kdir.join(name), body).map_err(internal("write kernel"))?;
+        }
+        // Orphans reparent to us, so the agents we start stay our children to reap.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
+        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
+        if let Err(why) = launcher.server() {
+            tracing::warn!("jailer fork server: {why}; each sandbox's jailer is spawned instead");
+        }
+        Ok(Jail {
+            host: Arc::new(Host {
+                cgroups,
+                slots,
+                sandboxes: run_dir.join("sandboxes"),
+                bases: run_dir.join("base"),
+                defaults: cgroup_limits(defaults),
+                shells: Shells::default(),
+                work: work.clone(),
+            }),
+            launcher,
+            skel,
+            seccomp: match glovebox_jail::seccomp::compile() {
+                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+                Err(e) => {
+                    tracing::warn!("seccomp: {e}; each agent compiles its own");
+                    None
+                }
+            },
+            netns: Arc::new(NetnsPool::new(work)),
+        })
+    }
+
+    /// The jail config for one sandbox: the one place a [`Spec`] becomes a jail.
+    fn config(&self, spec: &Spec, shell: &Shell, netns: Option<&OwnedFd>) -> JailConfig {
+        let (l, dir) = (&spec.limits, &shell.dir);
+        let skel = spec.root_skel.clone().unwrap_or_else(|| self.skel.clone());
+        JailConfig {
+            id: shell.id.clone(),
+            uid_base: shell.slot.uid_base(),
+            uid_count: RANGE,
+            hostname: "glovebox".into(),
+            mount_dir: dir.join("mnt"),
+            socket_path: dir.join("agent.sock"),
+            layers: spec.layers.iter().cloned().chain(std::iter::once(skel)).collect(),
+            host_usr: spec.root_skel.is_none(),
+            upper_dir: spec.upper.clone(),
+            flat_root: spec.layers.is_empty() && spec.upper.is_none(),
+            disk_bytes: disk_bytes(l),
+            shm_bytes: shm_bytes(l),
+            cgroup_procs: shell.cgroup.procs_files(),
+            command_cgroup: Some(shell.cgroup.command_parent()),
+            pids: l.pids,
+            seccomp: self.seccomp.clone(),
+            netns: netns.map(|fd| PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))),
+        }
+    }
+}
+
+impl Backend for Jail {
+    /// Slot, directory, cgroups, jail. Undoes all of it on failure. A background (warm-pool)
+    /// boot runs at the lowest CPU weight until it is handed out, so that refilling the pool
+    /// (a boot, a python kernel's imports) yields to requests.
+    fn boot(&self, spec: &Spec) -> Result<Box<dyn Instance>> {
+        let cl = cgroup_limits(&spec.limits);
+        // A request's boot takes the shell made ahead; the pool's refills make their own.
+        let premade = if spec.background { None } else { self.host.shells.take() };
+        let shell = match premade {
+            Some(s) if s.limits == cl => s,
+            Some(s) => match s.cgroup.set_limits(&cl) {
+                Ok(()) => Shell { limits: cl, ..s },
+                Err(e) => {
+                    s.discard();
+                    return Err(Error::Start(format!("cgroup: {e}")));
+                }
+            },
+            None => self.host.make_shell(random_token(16), &cl)?,
+        };
+        if !spec.background {
+            refill_shells(&self.host);
+        }
+        let skel = spec.root_skel.as_ref().unwrap_or(&self.skel);
+        // Which base skeleton its root uses (kept while it lives, across restarts).
+        if let Err(e) = fs::write(shell.dir.join("skel"), skel.as_os_str().as_encoded_bytes()) {
+            shell.discard();
+            return Err(Error::Internal(format!("sandbox dir: {e}")));
+        }
+        if spec.background {
+            if let Err(e) = shell.cgroup.set_background(true) {
+                // Only slower for everyone else while it boots.
+                tracing::debug!(sandbox = %shell.id, "background cpu weight: {e}");
+            }
+        }
+        let netns = self.netns.take();
+        let jc = self.config(spec, &shell, netns.as_ref());
+        let log = fs::File::create(shell.dir.join("agent.log"));
+        let launched = log
+            .map_err(|e| Error::Internal(format!("agent log: {e}")))
+            .and_then(|log| self.launcher.launch(&jc, log).map_err(|e| Error::Start(e.to_string())));
+        // The jailer joined it before reporting ready (or failed): ours can go.
+        drop(netns);
+        let pid = match launched {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = shell.cgroup.kill_all();
+                shell.discard();
+                return Err(e);
+            }
+        };
+        let pidfd = rustix::process::Pid::from_raw(pid)
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        let Shell { id, slot, dir, cgroup, .. } = shell;
+        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot }))
+    }
+
+    /// Checks, in order: PID 1 is the very process recorded (pid and start time, through a
+    /// pidfd), its cgroup exists, its agent socket accepts, its uid slot can be re-taken.
+    fn reopen(&self, rec: &Recorded<'_>) -> std::result::Result<Box<dyn Instance>, String> {
+        let pid = rustix::process::Pid::from_raw(rec.pid).ok_or("no PID 1 recorded")?;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|_| "PID 1 is not running".to_string())?;
+        // Checked after the pidfd is open: the pidfd then names this very process.
+        if crate::store::proc_start_time(rec.pid) != Some(rec.pid_start) || !pidfd_alive(Some(&pidfd)) {
+            return Err("PID 1 is not running (its pid belongs to another process)".into());
+        }
+        let cgroup = match self.host.cgroups.open(rec.id) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err("its cgroup is gone".into()),
+            Err(e) => return Err(format!("cgroup: {e}")),
+        };
+        let socket = rec.dir.join("agent.sock");
+        std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("agent socket: {e}"))?;
+        let slot = match self.host.slots.adopt(rec.slot, rec.id) {
+            Ok(Some(s)) => s,
+            _ => return Err(format!("uid slot {} could not be re-taken", rec.slot)),
+        };
+        Ok(Box::new(Jailed {
+            id: rec.id.to_string(),
+            pid: rec.pid,
+            pidfd: Some(pidfd),
+            socket,
+            dir: rec.dir.to_path_buf(),
+            cgroup,
+            slot,
+        }))
+    }
+
+    fn orphans(&self) -> Vec<Orphan> {
+        let entries: Vec<_> = fs::read_dir(&self.host.sandboxes).map(|rd| rd.flatten().collect()).unwrap_or_default();
+        let mut out = Vec::new();
+        for e in entries {
+            let slot = fs::read_to_string(e.path().join("slot")).ok().and_then(|s| s.trim().parse::<u32>().ok());
+            if slot.is_some_and(|n| self.host.slots.is_held(n)) {
+                continue;
+            }
+            out.push(Orphan { id: e.file_name().to_string_lossy().into_owned(), dir: e.path(), slot });
+        }
+        out
+    }
+
+    /// Kills its processes, removes its cgroups and directory, frees its slot.
+    fn clean(&self, o: &Orphan) {
+        if let Ok(Some(cg)) = self.host.cgroups.open(&o.id) {
+            let _ = cg.kill_all();
+            if let Err(e) = cg.destroy() {
+                tracing::error!(sandbox = %o.id, "remove cgroup: {e}");
+            }
+        }
+        let _ = fs::remove_dir_all(&o.dir);
+        if let Some(n) = o.slot {
+            // Adopting then dropping frees the slot file.
+            if let Ok(Some(s)) = self.host.slots.adopt(n, &o.id) {
+                drop(s);
+            }
+        }
+    }
+
+    fn sweep(&self) {
+        let (h, dir) = (&self.host, &self.host.sandboxes);
+        // Slot files naming a sandbox that has no directory (a crash between taking the slot
+        // and making the directory, or at the end of a teardown): free them.
+        if let Ok(entries) = fs::read_dir(h.slots.dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(n) = name.strip_suffix(".lock").and_then(|n| n.parse::<u32>().ok()) else { continue };
+                if h.slots.is_held(n) {
+                    continue;
+                }
+                let owner = fs::read_to_string(e.path()).unwrap_or_default();
+                let owner = owner.trim();
+                if owner.is_empty() || !dir.join(owner).exists() {
+                    if let Ok(Some(s)) = h.slots.adopt(n, owner) {
+                        drop(s);
+                    } else if owner.is_empty() {
+                        let _ = fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
+        // Cgroups with no directory (a daemon killed mid-create or mid-teardown).
+        if let Ok(names) = h.cgroups.list() {
+            for name in names {
+                if !dir.join(&name).exists() {
+                    if let Ok(Some(cg)) = h.cgroups.open(&name) {
+                        let _ = cg.kill_all();
+                        let _ = cg.destroy();
+                    }
+                }
+            }
+        }
+    }
+
+    fn reap_stale_bases(&self) {
+        self.reap_skeletons();
+    }
+
+    fn start(&self) {
+        self.netns.refill();
+        refill_shells(&self.host);
+    }
+
+    fn close(&self) {
+        self.host.shells.close();
+    }
+
+    fn release_own_state(&self) {
+        let _ = fs::remove_dir_all(&self.skel);
+    }
+}
+
+impl Jail {
+    /// Removes the base skeletons of processes that are gone, unless a sandbox (adopted
+    /// after a restart) still has its root on one.
+    fn reap_skeletons(&self) {
+        let mut used = std::collections::HashSet::new();
+        if let Ok(rd) = fs::read_dir(&self.host.sandboxes) {
+            for e in rd.flatten() {
+                if let Ok(p) = fs::read_to_string(e.path().join("skel")) {
+                    used.insert(PathBuf::from(p));
+                }
+            }
+        }
+        let Ok(entries) = fs::read_dir(&self.host.bases) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("host-")
+                .or_else(|| name.strip_prefix("mini-"))
+                .and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok());
+            if let Some(pid) = pid {
+                if pid != std::process::id() as i32
+                    && !Path::new(&format!("/proc/{pid}")).exists()
+                    && !used.contains(&e.path())
+                {
+                    let _ = fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+}
+
+impl Host {
+    /// A sandbox's uid slot, run directory and cgroups (limits `cl`, owned by the slot's
+    /// root), for sandbox `id`. Undoes what it made on failure.
+    fn make_shell(&self, id: String, cl: &cgroup::Limits) -> Result<Shell> {
+        let slot = self.slots.take(&id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
+        let dir = self.sandboxes.join(&id);
+        let mk = || -> std::io::Result<()> {
+            fs::create_dir(&dir)?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
+            fs::write(dir.join("slot"), slot.index.to_string())?;
+            let mnt = dir.join("mnt");
+            fs::create_dir(&mnt)?;
+            fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
+        };
+        if let Err(e) = mk() {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(Error::Internal(format!("sandbox dir: {e}")));
+        }
+        match self.cgroups.create(&id, cl, slot.uid_base()) {
+            Ok(cgroup) => Ok(Shell { id, slot, dir, cgroup, limits: *cl }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                Err(Error::Start(format!("cgroup: {e}")))
+            }
+        }
+    }
+}
+
+/// Makes the next request's shell in the background, at a quiet moment (its cgroup
+/// `mkdir`s take the kernel's cgroup lock, which a boot beside it needs too).
+fn refill_shells(host: &Arc<Host>) {
+    use std::sync::atomic::Ordering;
+    if host.shells.filling.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let h = host.clone();
+    tokio::task::spawn_blocking(move || {
+        quiet_moment(&h.work);
+        if !h.shells.closed() {
+            match h.make_shell(random_token(16), &h.defaults) {
+                Ok(s) => h.shells.put(s),
+                Err(e) => tracing::debug!("shell made ahead: {e}"),
+            }
+        }
+        h.shells.filling.store(false, Ordering::Release);
+    });
+}
+
+fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Internal(format!("{what}: {e}"))
+}
+
+/// Size of `/dev/shm`: a quarter of the memory budget, at most 64 MiB.
+fn shm_bytes(l: &Limits) -> u64 {
+    ((l.memory_mb << 20) / 4).min(64 << 20)
+}
+
+/// Size of the writable layer. It is a tmpfs whose pages are charged to the sandbox's memory
+/// cgroup, so it is capped below the memory budget (minus /dev/shm and an eighth for the
+/// processes themselves): filling the disk then fails with ENOSPC instead of waking the OOM
+/// killer. A disk-backed upper layer will lift this.
+pub fn disk_bytes(l: &Limits) -> u64 {
+    let mem = l.memory_mb << 20;
+    let room = mem.saturating_sub(shm_bytes(l) + (mem / 8).max(8 << 20));
+    (l.disk_mb << 20).min(room).max(4 << 20)
+}

@@ -1,0 +1,112 @@
+//! Where sandboxes run: the [`Backend`] trait the manager boots, watches and ends sandboxes
+//! through, whatever the isolation tier. The process jail ([`jail::Jail`]) is the first
+//! implementation; a gVisor or microVM tier plugs in here with the same agent inside.
+//!
+//! Invariants:
+//! - A backend only makes and removes host state; it never speaks the agent protocol (the
+//!   agent's socket is handed to the manager) and never touches a path inside a sandbox.
+//! - [`Backend::boot`] fails closed: an error leaves nothing of the sandbox behind.
+//! - An [`Instance`] dropped without [`Instance::kill`] and [`Instance::release`] leaves the
+//!   sandbox running (a restart re-adopts it); only its host-wide claim on its slot goes.
+
+pub mod jail;
+mod jailed;
+pub(crate) mod made_ahead;
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use glovebox_jail::cgroup::Stats;
+use glovebox_proto::api::Limits;
+
+use crate::error::Result;
+
+/// What a sandbox is booted from, the same for every tier.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub limits: Limits,
+    /// Read-only layers, top-most first (the base below them is the backend's).
+    pub layers: Vec<PathBuf>,
+    /// The bottom layer: `None` for the host's /usr under the backend's own skeleton, else a
+    /// whole-root skeleton (Debian, OCI images).
+    pub root_skel: Option<PathBuf>,
+    /// A host directory for the writable layer (template builds), else a capped tmpfs.
+    pub upper: Option<PathBuf>,
+    /// Made ahead of requests (a warm sandbox): it yields the CPU to requests while booting.
+    pub background: bool,
+}
+
+/// One running sandbox as its backend holds it.
+pub trait Instance: Send + Sync {
+    fn id(&self) -> &str;
+    /// The host pid of the sandbox's PID 1 (its agent).
+    fn pid(&self) -> i32;
+    /// The sandbox's host-wide slot: it names its network link and addresses.
+    fn slot(&self) -> u32;
+    /// Its private run directory on the host (the sandbox cannot reach it).
+    fn dir(&self) -> &Path;
+    /// Where its agent listens: the channel every exec, file and code request goes through.
+    fn agent_socket(&self) -> &Path;
+    /// Whether its agent still runs.
+    fn alive(&self) -> bool;
+    /// A descriptor that becomes readable when the agent exits (the manager's death watch).
+    fn exit_fd(&self) -> Option<OwnedFd>;
+    fn stats(&self) -> Option<Stats>;
+    fn cpu_usage_usec(&self) -> Option<u64>;
+    fn oom_kills(&self) -> u64;
+    /// Applies new resource limits (a warm sandbox handed out with other limits than its boot's).
+    fn set_limits(&self, limits: &Limits) -> Result<()>;
+    /// Lowest (`true`) or normal CPU weight.
+    fn set_background(&self, background: bool) -> Result<()>;
+    /// Kills everything in the sandbox and waits (bounded) for it to be gone; false when it
+    /// was not seen gone, and [`Instance::release`] must end the rest. Blocking.
+    fn kill(&self) -> bool;
+    /// Removes what a killed sandbox leaves on the host. Blocking.
+    fn release(&self, gone: bool) -> std::result::Result<(), String>;
+}
+
+/// A sandbox a previous daemon left, as found on the host.
+#[derive(Debug, Clone)]
+pub struct Orphan {
+    pub id: String,
+    pub dir: PathBuf,
+    /// Its slot as its directory records it.
+    pub slot: Option<u32>,
+}
+
+/// What a previous daemon recorded of a sandbox it handed out, to take it over by.
+pub struct Recorded<'a> {
+    pub id: &'a str,
+    pub pid: i32,
+    pub pid_start: u64,
+    pub slot: u32,
+    pub dir: &'a Path,
+}
+
+/// An isolation tier.
+pub trait Backend: Send + Sync {
+    /// Boots a sandbox whose agent is ready to answer. Blocking.
+    fn boot(&self, spec: &Spec) -> Result<Box<dyn Instance>>;
+    /// Takes over a sandbox a previous daemon left, when every piece of it is intact; the
+    /// error says which is not.
+    fn reopen(&self, rec: &Recorded<'_>) -> std::result::Result<Box<dyn Instance>, String>;
+    /// Sandboxes on the host whose owner is gone (nobody holds their slot).
+    fn orphans(&self) -> Vec<Orphan>;
+    /// Kills and removes an orphan nobody adopted.
+    fn clean(&self, orphan: &Orphan);
+    /// Removes leftovers of interrupted creates and teardowns (host resources no sandbox
+    /// directory names).
+    fn sweep(&self);
+    /// Removes the base root trees of processes now gone that no sandbox uses.
+    fn reap_stale_bases(&self);
+    /// Starts making ahead what boots need (after reconciliation).
+    fn start(&self);
+    /// Stops making things ahead and removes what was made, waiting (bounded) for what is
+    /// being made (shutdown). Blocking.
+    fn close(&self);
+    /// What only this process's sandboxes need (its skeleton), once none is left.
+    fn release_own_state(&self);
+}

@@ -1,0 +1,280 @@
+//! Creating a sandbox: the request checked and completed (template defaults, limits,
+//! policy, clocks), a warm sandbox taken or a fresh one booted, its record listed, its
+//! network linked. A caller that goes away mid-create leaves nothing behind.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use glovebox_proto::api::{self, CreateSandbox, EndReason, Limits};
+
+use super::pools::Booted;
+use super::record::{Deadline, Running, Settings};
+use super::{Manager, Sb, Template};
+use crate::error::{Error, Result};
+
+impl Manager {
+    /// Fills in defaults and checks bounds; the error says which value is wrong.
+    pub fn limits_for(&self, r: &api::Resources) -> Result<Limits> {
+        let d = &self.cfg.defaults;
+        let l = Limits {
+            cpus: r.cpus.unwrap_or(d.cpus),
+            memory_mb: r.memory_mb.unwrap_or(d.memory_mb),
+            disk_mb: r.disk_mb.unwrap_or(d.disk_mb),
+            pids: r.pids.unwrap_or(d.pids),
+        };
+        if !(l.cpus.is_finite() && l.cpus >= 0.01 && l.cpus <= api::MAX_CPUS) {
+            return Err(Error::Invalid(format!("resources.cpus must be between 0.01 and {}", api::MAX_CPUS)));
+        }
+        if !(api::MIN_MEMORY_MB..=api::MAX_MEMORY_MB).contains(&l.memory_mb) {
+            return Err(Error::Invalid(format!(
+                "resources.memory_mb must be between {} and {}",
+                api::MIN_MEMORY_MB,
+                api::MAX_MEMORY_MB
+            )));
+        }
+        if !(api::MIN_DISK_MB..=api::MAX_DISK_MB).contains(&l.disk_mb) {
+            return Err(Error::Invalid(format!(
+                "resources.disk_mb must be between {} and {}",
+                api::MIN_DISK_MB,
+                api::MAX_DISK_MB
+            )));
+        }
+        if !(api::MIN_PIDS..=api::MAX_PIDS).contains(&l.pids) {
+            return Err(Error::Invalid(format!(
+                "resources.pids must be between {} and {}",
+                api::MIN_PIDS,
+                api::MAX_PIDS
+            )));
+        }
+        Ok(l)
+    }
+
+    /// Creates a sandbox for the `default` tenant.
+    pub async fn create(self: &Arc<Self>, req: CreateSandbox) -> Result<Arc<Sb>> {
+        self.create_for(crate::tenants::DEFAULT_TENANT, req).await
+    }
+
+    /// Creates a sandbox owned by `tenant`, within its quotas.
+    pub async fn create_for(self: &Arc<Self>, tenant: &str, req: CreateSandbox) -> Result<Arc<Sb>> {
+        let t = Instant::now();
+        let r = self.create_with(tenant, req, None).await;
+        match &r {
+            Ok(_) => {
+                crate::metrics::Metrics::inc(&self.metrics.created);
+                self.metrics.create_latency.observe(t.elapsed());
+            }
+            Err(Error::Start(_) | Error::Internal(_) | Error::Unavailable(_)) => {
+                crate::metrics::Metrics::inc(&self.metrics.create_failed)
+            }
+            Err(Error::Quota(_)) => crate::metrics::Metrics::inc(&self.metrics.quota_refusals),
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// A sandbox for one template build step: from `tpl` (the layers built so far), its
+    /// writes kept in the host directory `upper` (see `templates::build`).
+    pub(crate) async fn create_for_build(
+        self: &Arc<Self>,
+        req: CreateSandbox,
+        tpl: Template,
+        upper: PathBuf,
+    ) -> Result<Arc<Sb>> {
+        self.create_with(crate::tenants::DEFAULT_TENANT, req, Some((tpl, upper))).await
+    }
+
+    async fn create_with(
+        self: &Arc<Self>,
+        tenant: &str,
+        mut req: CreateSandbox,
+        build: Option<(Template, PathBuf)>,
+    ) -> Result<Arc<Sb>> {
+        let _work = self.sandbox_work.guard();
+        let template = req.template.clone().unwrap_or_else(|| "base".to_string());
+        let (tpl, upper) = match build {
+            Some((t, u)) => (t, Some(u)),
+            None => (self.template(&template)?, None),
+        };
+        if let Some(d) = &tpl.defaults {
+            crate::templates::apply_defaults(d, &mut req);
+        }
+        let limits = self.limits_for(&req.resources)?;
+        let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
+        crate::egress::Egress::check_secrets(&self.secrets, tenant, &policy).map_err(Error::Invalid)?;
+        let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
+        if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
+            return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
+        }
+        if req.idle_timeout_s.is_some_and(|t| t == 0 || t > api::MAX_TIMEOUT_S) {
+            return Err(Error::Invalid(format!("idle_timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
+        }
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+                return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
+            }
+        }
+        let admission = self.tenants.admit(tenant, &limits)?;
+        let warm = if upper.is_none() { self.take_warm(&tpl.pool_key(), &limits) } else { None };
+        let (booted, warm) = match warm {
+            Some(b) => (b, true),
+            None => (self.boot_for_request(&limits, &tpl, upper).await?, false),
+        };
+        self.refill_pool();
+        // What the sandbox used before it was handed out (boot, a warm kernel) is not billed.
+        let cpu_base = booted.host.cpu_usage_usec().unwrap_or(0);
+        let now = SystemTime::now();
+        let settings = Settings {
+            template,
+            created_at: now,
+            limits,
+            metadata: req.metadata,
+            env: req.env,
+            idle_timeout: req.idle_timeout_s.map(Duration::from_secs),
+            preload: tpl.preload.clone(),
+            tenant: tenant.to_string(),
+            template_defaults: tpl.defaults.clone(),
+        };
+        let run = Running {
+            pid_start: crate::store::proc_start_time(booted.host.pid()).unwrap_or(0),
+            host: booted.host,
+            kernels: booted.kernels,
+            egress: crate::egress::Egress::new(policy.clone(), self.secrets.clone(), tenant),
+            deadline: Deadline::after(Duration::from_secs(timeout_s)),
+            meter: crate::usage::Meter::new(now, cpu_base),
+            commands: crate::records::Counts::default(),
+        };
+        let sb = Arc::new(Sb::new(settings, req.network.redacted(), run));
+        admission.commit();
+        crate::adopt::write_owner(self, sb.host.dir());
+        let announced: Vec<_> = self.observers.iter().filter_map(|o| o.created(&sb)).collect();
+        self.registry.insert(sb.clone());
+        // From here the sandbox is listed; a caller gone before the answer has it destroyed.
+        let mut unanswered = Unanswered { manager: self.clone(), id: Some(sb.id.clone()) };
+        for a in announced {
+            a();
+        }
+        self.watch(sb.clone());
+        if policy.needs_link() {
+            let r = match self.prepare(&sb, &policy).await {
+                Ok(()) => self.link(&sb, &policy).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                unanswered.id = None;
+                self.destroy(&sb.id, EndReason::Error).await;
+                return Err(e);
+            }
+        }
+        if !warm && tpl.preload.is_some() {
+            // Start the kernel now so the first cell pays as little as possible.
+            let sb2 = sb.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::code::prewarm(&sb2.kernels, &sb2.target(), sb2.preload.as_deref()).await {
+                    tracing::warn!(sandbox = %sb2.id, "prewarm kernel: {e}");
+                }
+            });
+        }
+        if let Some(cmd) = tpl.defaults.as_ref().and_then(|d| d.start_cmd.clone()) {
+            crate::templates::start_cmd(self, &sb, cmd).await;
+        }
+        tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
+        unanswered.id = None;
+        Ok(sb)
+    }
+
+    /// Boots a fresh sandbox for a create. A caller that goes away meanwhile (a client
+    /// hanging up drops the request's future) is not there to take the sandbox: the boot's
+    /// end tears it down.
+    async fn boot_for_request(
+        self: &Arc<Self>,
+        limits: &Limits,
+        tpl: &Template,
+        upper: Option<PathBuf>,
+    ) -> Result<Booted> {
+        let spec = self.spec(limits, tpl, upper, false);
+        let (this, t) = (self.clone(), tpl.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::task::spawn_blocking(move || {
+            let b = this.boot(&spec, &t);
+            // Undelivered (nobody listening, or the listener gone with the value still in the
+            // channel), the hand-off discards it.
+            let _ = tx.send(b.map(|b| Handoff(Some(b))));
+        });
+        let b = rx.await.map_err(|_| Error::Internal("create task ended without a sandbox".into()))??;
+        Ok(b.take())
+    }
+
+    /// The template `name`: `base` (host /usr) or one built into the data dir.
+    pub fn template(&self, name: &str) -> Result<Template> {
+        if name != "base" {
+            if let Some(t) = self.templates.get(name) {
+                return Ok(t);
+            }
+        }
+        match name {
+            "base" => Ok(Template::base()),
+            "code-interpreter" => {
+                let layer = self.cfg.templates_dir.join("code-interpreter/rootfs");
+                if layer.is_dir() {
+                    Ok(Template {
+                        name: name.to_string(),
+                        layers: vec![layer],
+                        preload: Some("numpy,pandas,matplotlib,matplotlib.pyplot".into()),
+                        host_usr: true,
+                        defaults: None,
+                    })
+                } else {
+                    Err(Error::TemplateNotBuilt {
+                        name: name.to_string(),
+                        build_with: "scripts/build-code-interpreter",
+                    })
+                }
+            }
+            _ => Err(Error::NotFound { what: "template", name: name.to_string() }),
+        }
+    }
+}
+
+/// A listed sandbox whose create is not answered yet: dropped while `id` is set (the caller
+/// went away mid-create), it has the sandbox destroyed.
+struct Unanswered {
+    manager: Arc<Manager>,
+    id: Option<String>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        // Without a runtime (it is being dropped) the restart's reconciliation cleans up.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let m = self.manager.clone();
+        rt.spawn(async move {
+            tracing::info!(sandbox = %id, "the caller went away before the create was answered: destroying it");
+            m.destroy_because(&id, EndReason::Killed, Some("the client went away before the create was answered"))
+                .await;
+        });
+    }
+}
+
+/// A booted sandbox on its way to the create that asked for it. Dropped undelivered — the
+/// caller's future gone before the send, or after it with the value still in the channel —
+/// it tears the sandbox down.
+struct Handoff(Option<Booted>);
+
+impl Handoff {
+    fn take(mut self) -> Booted {
+        self.0.take().expect("a hand-off is taken once")
+    }
+}
+
+impl Drop for Handoff {
+    fn drop(&mut self) {
+        let Some(b) = self.0.take() else { return };
+        tracing::info!(sandbox = %b.host.id(), "the caller went away during the boot: discarding the sandbox");
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || b.discard())),
+            Err(_) => b.discard(),
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The sandbox lifecycle service: the registry of live sandboxes, their records, create and
+//! boot, the warm pool, the clocks, teardown and restart reconciliation. Sandboxes run on a
+//! [`Backend`](crate::backend::Backend); the store, events and usage hear of them through
+//! [`Observer`]s. Every way a sandbox ends goes through [`Manager::destroy`], which records
+//! why, so later calls can say so (`Error::Gone`).
+//!
+//! Invariants:
+//! - A sandbox is in the registry only while its agent runs; everything it owns on the host
+//!   is released by `destroy`, and a failed create releases what it took (fail closed).
+//! - The host never touches a path inside a sandbox: files go through the agent.
+
+mod agent;
+mod clocks;
+mod create;
+mod network;
+mod observer;
+mod pools;
+mod reconcile;
+mod record;
+mod registry;
+mod teardown;
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use glovebox_proto::api::Limits;
+
+pub use crate::backend::jail::disk_bytes;
+pub use network::SANDBOX_CA;
+pub use observer::{Announce, LastWords, Observer};
+pub use record::{Deadline, Sb};
+pub(crate) use record::{Running, Settings};
+pub use registry::Registry;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Persistent state (the API key; later the store and templates).
+    pub data_dir: PathBuf,
+    /// Runtime state on a tmpfs: sandboxes' private dirs and sockets, uid slots, the base
+    /// skeleton. Shared by every Glovebox process on the host (uid ranges are host-wide).
+    pub run_dir: PathBuf,
+    /// The `glovebox-agent` binary (the jailer and PID 1 of every sandbox).
+    pub agent_exe: PathBuf,
+    pub cgroup_root: PathBuf,
+    pub defaults: Limits,
+    /// Sandboxes of each template kept booted ahead of requests (0 disables).
+    pub warm_pool: usize,
+    /// Where built templates live (default `<data_dir>/templates`).
+    pub templates_dir: PathBuf,
+    /// Re-adopt, at start, the intact sandboxes a previous daemon on this data dir left
+    /// (`glovebox serve`); off for embedded runs, whose sandboxes end with them.
+    pub adopt: bool,
+    /// How long command records and ended sandboxes' records are kept.
+    pub retention: Duration,
+}
+
+impl Config {
+    pub fn new(data_dir: PathBuf, agent_exe: PathBuf) -> Config {
+        Config {
+            run_dir: default_run_dir(),
+            agent_exe,
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            defaults: Limits::default(),
+            warm_pool: 0,
+            adopt: false,
+            retention: Duration::from_secs(24 * 3600),
+            templates_dir: std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| data_dir.join("templates")),
+            data_dir,
+        }
+    }
+}
+
+/// `/run/glovebox` where `/run` is a tmpfs (systemd hosts), else `/dev/shm/glovebox`:
+/// runtime state must not sit on a disk (metadata operations on one cost milliseconds).
+pub fn default_run_dir() -> PathBuf {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    if let Some(d) = std::env::var_os("GLOVEBOX_RUN_DIR") {
+        return PathBuf::from(d);
+    }
+    match rustix::fs::statfs("/run") {
+        Ok(s) if s.f_type as u64 == TMPFS_MAGIC => PathBuf::from("/run/glovebox"),
+        _ => PathBuf::from("/dev/shm/glovebox"),
+    }
+}
+
+/// Creates (or checks) the runtime dir: a real directory owned by root and writable by
+/// root alone, so nobody else on the host can plant links in it (its parent may be a
+/// world-writable sticky dir such as /dev/shm).
+fn prepare_run_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::Internal(format!("create run dir {}: {e}", dir.display()))),
+    }
+    let md = fs::symlink_metadata(dir).map_err(internal("stat run dir"))?;
+    if !md.is_dir() || md.uid() != 0 || md.mode() & 0o022 != 0 {
+        return Err(Error::Internal(format!(
+            "run dir {} must be a directory owned by root and not group/world writable",
+            dir.display()
+        )));
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o711)).map_err(internal("chmod run dir"))
+}
+
+pub(crate) fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::Internal(format!("{what}: {e}"))
+}
+
+/// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
+/// and what its python kernels preload.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub name: String,
+    pub layers: Vec<PathBuf>,
+    pub preload: Option<String>,
+    /// The host's /usr under the layers (and the generated /etc skeleton); false when the
+    /// bottom layer is a whole root filesystem (Debian, OCI images).
+    pub host_usr: bool,
+    /// Defaults from a built template's spec (env, workdir, user, resources, start command).
+    pub defaults: Option<Arc<crate::templates::TemplateMeta>>,
+}
+
+impl Template {
+    pub fn base() -> Template {
+        Template { name: "base".into(), layers: Vec::new(), preload: None, host_usr: true, defaults: None }
+    }
+
+    /// What a warm sandbox must match to stand in for a fresh one of this template.
+    fn pool_key(&self) -> String {
+        format!("{}\0{:?}\0{}", self.name, self.layers, self.host_usr)
+    }
+}
+
+pub struct Manager {
+    pub(crate) cfg: Config,
+    /// Where sandboxes run (the process jail).
+    backend: Arc<dyn Backend>,
+    /// The live sandboxes, and why recently ended ones ended.
+    pub(crate) registry: Registry,
+    /// Booted, never-used sandboxes with the default limits (see `Config::warm_pool`).
+    warm: pools::WarmPool,
+    /// Who hears of sandboxes created and ended (the store's records, events, usage; the
+    /// command records).
+    observers: Vec<Arc<dyn Observer>>,
+    pub metrics: crate::metrics::Metrics,
+    pub(crate) net: Arc<crate::net::Net>,
+    /// Persistent state (`<data_dir>/glovebox.db`).
+    pub store: Arc<crate::store::Store>,
+    /// Writes command records off the requests' path (see `records`).
+    pub records: crate::records::Writer,
+    /// API keys, tenants, quotas (see `tenants`).
+    pub tenants: Arc<crate::tenants::Tenants>,
+    /// Metered use of ended sandboxes (see `usage`).
+    pub ended_usage: Arc<crate::usage::Ledger>,
+    /// Host-side secrets that brokered headers reference (values never leave the daemon).
+    pub secrets: Arc<crate::secrets::SecretStore>,
+    pub events: Arc<crate::events::Events>,
+    /// Built templates and their layers (see `templates`).
+    pub templates: crate::templates::Templates,
+    /// Releases of destroyed sandboxes still under way (see [`Manager::destroy_because`]).
+    releases: Mutex<tokio::task::JoinSet<()>>,
+    /// Work on sandboxes in flight: creates, destroys, requests on one (see `http::activity`).
+    /// What is made ahead waits for a quiet moment.
+    pub(crate) sandbox_work: Arc<crate::idle::Activity>,
+}
+
+impl Manager {
+    /// Opens the data directory, cleans up whatever a previous daemon left behind, and
+    /// prepares the process jail. Must run inside a tokio runtime.
+    pub fn open(cfg: Config) -> Result<Arc<Manager>> {
+        if !cfg.agent_exe.is_file() {
+            return Err(Error::Internal(format!("agent binary not found at {}", cfg.agent_exe.display())));
+        }
+        fs::create_dir_all(&cfg.data_dir).map_err(internal("create data dir"))?;
+        fs::set_permissions(&cfg.data_dir, fs::Permissions::from_mode(0o700)).map_err(internal("chmod data dir"))?;
+        prepare_run_dir(&cfg.run_dir)?;
+        for d in [&cfg.run_dir.join("sandboxes"), &cfg.run_dir.join("base")] {
+            fs::create_dir_all(d).map_err(internal("create data dir"))?;
+            // Traversable, not listable: the sandbox's PID 1 (an unprivileged host uid) walks
+            // through here to its own mount point once; nothing here is readable to it.
+            fs::set_permissions(d, fs::Permissions::from_mode(0o711)).map_err(internal("chmod data dir"))?;
+        }
+        let work: Arc<crate::idle::Activity> = Arc::default();
+        // The store before the jail: a store too new for this binary stops the start early.
+        let store = open_store(&cfg.data_dir)?;
+        let jail = crate::backend::jail::Jail::open(
+            &cfg.run_dir,
+            &cfg.cgroup_root,
+            &cfg.agent_exe,
+            &cfg.defaults,
+            work.clone(),
+        )?;
+        Manager::with_backend(cfg, store, Arc::new(jail), work)
+    }
+
+    /// The manager over `backend`, its state in `store`: reconciles what a previous daemon
+    /// left, then starts the samplers and what is made ahead. `work` is the sandbox
+    /// activity the backend's refills wait on.
+    pub(crate) fn with_backend(
+        cfg: Config,
+        store: Arc<crate::store::Store>,
+        backend: Arc<dyn Backend>,
+        work: Arc<crate::idle::Activity>,
+    ) -> Result<Arc<Manager>> {
+        let templates = crate::templates::Templates::open(&cfg.data_dir, &cfg.run_dir)?;
+        let secrets = crate::secrets::SecretStore::open(&cfg.data_dir).map_err(|e| Error::Internal(e.to_string()))?;
+        let events = Arc::new(crate::events::Events::new(store.clone()));
+        let ended_usage: Arc<crate::usage::Ledger> = Arc::default();
+        let journal =
+            crate::journal::Journal { store: store.clone(), events: events.clone(), ended_usage: ended_usage.clone() };
+        let m = Arc::new(Manager {
+            templates,
+            backend,
+            registry: Registry::default(),
+            warm: pools::WarmPool::default(),
+            observers: vec![Arc::new(journal), Arc::new(crate::records::Flush)],
+            metrics: crate::metrics::Metrics::default(),
+            net: Arc::new(crate::net::Net::new()),
+            tenants: Arc::new(crate::tenants::Tenants::new()),
+            ended_usage,
+            secrets: Arc::new(secrets),
+            cfg,
+            events,
+            records: crate::records::Writer::start(store.clone()),
+            releases: Mutex::new(tokio::task::JoinSet::new()),
+            sandbox_work: work,
+            store,
+        });
+        m.tenants.attach_store(m.store.clone())?;
+        m.ended_usage.attach(m.store.clone())?;
+        m.reconcile();
+        m.spawn_sampler();
+        crate::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
+        m.backend.start();
+        m.refill_pool();
+        Ok(m)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Where sandboxes run.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.backend
+    }
+}
+
+/// The store in `data_dir`; one that cannot be opened (e.g. a full disk) is replaced by one
+/// in memory, loudly, rather than not serving at all.
+fn open_store(data_dir: &Path) -> Result<Arc<crate::store::Store>> {
+    let store = match crate::store::Store::open(data_dir) {
+        Ok(s) => s,
+        Err(e @ crate::store::StoreError::TooNew(..)) => return Err(Error::Internal(format!("store: {e}"))),
+        Err(e) => {
+            tracing::error!("store: {e}; running without persistent state (nothing survives a restart)");
+            crate::store::Store::open_in_memory().map_err(|e| Error::Internal(format!("store: {e}")))?
+        }
+    };
+    Ok(Arc::new(store))
+}

@@ -1,0 +1,90 @@
+//! A sandbox's network as the manager drives it: the link (veth, firewall, resolver, proxy)
+//! when a policy needs one, the CA when one brokers credentials, and live policy updates.
+
+use std::fs;
+use std::sync::Arc;
+
+use glovebox_proto::api::NetworkPolicy;
+use glovebox_proto::policy::Policy;
+
+use super::agent::write_file;
+use super::{Manager, Sb};
+use crate::error::{Error, Result};
+use crate::util::lock;
+
+/// The sandbox CA certificate alone (for `NODE_EXTRA_CA_CERTS`, which adds to Node's roots).
+pub const SANDBOX_CA: &str = "/etc/glovebox/sandbox-ca.pem";
+
+impl Manager {
+    /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
+    pub(crate) async fn link(&self, sb: &Arc<Sb>, policy: &Policy) -> Result<()> {
+        let (slot, pid) = (sb.slot(), sb.pid);
+        let p = policy.clone();
+        let net = self.net.clone();
+        tokio::task::spawn_blocking(move || net.attach(slot, pid, &p))
+            .await
+            .map_err(|e| Error::Internal(format!("network task: {e}")))??;
+        lock(&sb.net.current).linked = true;
+        let (host, _) = crate::net::link_addrs(slot);
+        let resolv = format!("nameserver {host}\noptions timeout:2 attempts:2\n");
+        write_file(sb, "/etc/resolv.conf", resolv.as_bytes()).await?;
+        crate::net::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())?;
+        Ok(())
+    }
+
+    /// Gives the sandbox its CA (first brokering policy): the CA certificate goes into its
+    /// system bundle (the host's bundle plus the CA) and `/etc/glovebox/sandbox-ca.pem`, and
+    /// commands get the variables Python, Node and curl read. The CA key stays here.
+    async fn install_ca(&self, sb: &Arc<Sb>) -> Result<()> {
+        let (ca, new) = sb.egress.ensure_ca(&sb.id).map_err(|e| Error::Internal(format!("sandbox CA: {e}")))?;
+        if !new {
+            return Ok(());
+        }
+        let mut bundle = fs::read(crate::broker::SYSTEM_BUNDLE).unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.cert_pem().as_bytes());
+        write_file(sb, crate::broker::SYSTEM_BUNDLE, &bundle).await?;
+        write_file(sb, SANDBOX_CA, ca.cert_pem().as_bytes()).await?;
+        let mut env = lock(&sb.net.trust_env);
+        for k in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"] {
+            env.insert(k.into(), crate::broker::SYSTEM_BUNDLE.into());
+        }
+        env.insert("NODE_EXTRA_CA_CERTS".into(), SANDBOX_CA.into());
+        Ok(())
+    }
+
+    /// Sets up what a policy needs beyond the link (the CA for brokering).
+    pub(crate) async fn prepare(&self, sb: &Arc<Sb>, policy: &Policy) -> Result<()> {
+        if policy.brokers() {
+            self.install_ca(sb).await?;
+        }
+        Ok(())
+    }
+
+    /// Replaces a sandbox's network policy, atomically; connections the new policy does not
+    /// allow are reset.
+    pub async fn set_network(&self, id: &str, np: NetworkPolicy) -> Result<Arc<Sb>> {
+        let sb = self.get(id)?;
+        let policy = glovebox_proto::policy::parse(&np).map_err(Error::Invalid)?;
+        crate::egress::Egress::check_secrets(&self.secrets, &sb.tenant, &policy).map_err(Error::Invalid)?;
+        self.prepare(&sb, &policy).await?;
+        if !sb.net.linked() {
+            if policy.needs_link() {
+                self.link(&sb, &policy).await?;
+            }
+        } else {
+            let (slot, p, net) = (sb.slot(), policy.clone(), self.net.clone());
+            tokio::task::spawn_blocking(move || net.apply(slot, &p, false))
+                .await
+                .map_err(|e| Error::Internal(format!("network task: {e}")))??;
+        }
+        sb.egress.set_policy(policy);
+        lock(&sb.net.current).policy = np.redacted();
+        if let Err(e) = self.store.set_config(&sb.id, &sb.config()) {
+            tracing::error!(sandbox = %sb.id, "store network: {e}");
+        }
+        Ok(sb)
+    }
+}

@@ -1,0 +1,273 @@
+//! The sandbox record: everything the daemon holds of one live sandbox, grouped by what
+//! reads it (its request, its host side, its network, its clock), and the views built from it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use glovebox_jail::cgroup::Stats;
+use glovebox_proto::api::{self, Limits, NetworkPolicy, Sandbox, SandboxState};
+use tokio::sync::Notify;
+
+use crate::backend::jail::disk_bytes;
+use crate::backend::Instance;
+use crate::util::{lock, rfc3339};
+
+/// The policy in force (replaceable live), as asked for (secrets redacted).
+pub struct Network {
+    pub policy: NetworkPolicy,
+    /// Whether the sandbox has its link (veth, firewall, resolver).
+    pub linked: bool,
+}
+
+/// A sandbox's network: the policy, the egress services' state and their stop signal.
+pub struct NetState {
+    pub(crate) current: Mutex<Network>,
+    pub(crate) dns_stop: Arc<Notify>,
+    /// Environment the trust store adds to every command once the sandbox has a CA.
+    pub(crate) trust_env: Mutex<BTreeMap<String, String>>,
+}
+
+impl NetState {
+    pub(crate) fn new(policy: NetworkPolicy) -> NetState {
+        NetState {
+            current: Mutex::new(Network { policy, linked: false }),
+            dns_stop: Arc::new(Notify::new()),
+            trust_env: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub(crate) fn linked(&self) -> bool {
+        lock(&self.current).linked
+    }
+}
+
+/// When the lifetime clock ends the sandbox: for the timer and for the API and the store.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: Instant,
+    pub wall: SystemTime,
+}
+
+impl Deadline {
+    /// `life` from now.
+    pub fn after(life: Duration) -> Deadline {
+        Deadline { at: Instant::now() + life, wall: SystemTime::now() + life }
+    }
+}
+
+/// The lifetime clock: its deadline and the wake-up of its watch when it moves.
+pub struct Lifetime {
+    pub(crate) deadline: Mutex<Deadline>,
+    pub(crate) wake: Notify,
+}
+
+impl Lifetime {
+    pub(crate) fn new(d: Deadline) -> Lifetime {
+        Lifetime { deadline: Mutex::new(d), wake: Notify::new() }
+    }
+
+    pub fn deadline(&self) -> Deadline {
+        *lock(&self.deadline)
+    }
+}
+
+/// A CPU counter reading, for `cpu_percent` between two calls.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuSample {
+    pub at: Instant,
+    pub usec: u64,
+}
+
+/// What a sandbox was asked to be (the create request, with the template's defaults).
+pub struct Settings {
+    pub template: String,
+    pub created_at: SystemTime,
+    pub limits: Limits,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub idle_timeout: Option<Duration>,
+    /// Modules the template's python kernels preload.
+    pub preload: Option<String>,
+    /// The tenant that owns it (see `tenants`).
+    pub tenant: String,
+    /// The template's defaults (commands' user and cwd) and its layers (kept by GC).
+    pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
+}
+
+/// One live sandbox.
+pub struct Sb {
+    pub id: String,
+    pub template: String,
+    pub created_at: SystemTime,
+    pub limits: Limits,
+    pub metadata: BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
+    pub(crate) net: NetState,
+    /// Name-based egress state: resolver, proxy, audit.
+    pub egress: Arc<crate::egress::Egress>,
+    pub pid: i32,
+    /// PID 1's start time (`/proc/PID/stat`), which with the pid names it across restarts.
+    pub pid_start: u64,
+    /// The backend's handle: its agent, its processes, its host resources.
+    pub(crate) host: Box<dyn Instance>,
+    pub(crate) clock: Lifetime,
+    /// For the idle clock (`idle_timeout`).
+    pub activity: Arc<crate::idle::Activity>,
+    pub idle_timeout: Option<Duration>,
+    /// Code contexts (language kernels).
+    pub kernels: crate::code::Kernels,
+    /// The previous CPU sample (for `cpu_percent`).
+    pub(crate) cpu_sample: Mutex<CpuSample>,
+    /// Modules the template's python kernels preload.
+    pub preload: Option<String>,
+    /// The tenant that owns it (see `tenants`).
+    pub tenant: String,
+    pub meter: crate::usage::Meter,
+    /// The template's defaults (commands' user and cwd) and its layers (kept by GC).
+    pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
+    /// Commands started through the API and commands recorded (see `records::flush`).
+    pub(crate) commands: crate::records::Counts,
+}
+
+/// The running parts a record is made around.
+pub(crate) struct Running {
+    pub host: Box<dyn Instance>,
+    pub pid_start: u64,
+    pub kernels: crate::code::Kernels,
+    pub egress: Arc<crate::egress::Egress>,
+    pub deadline: Deadline,
+    pub meter: crate::usage::Meter,
+    pub commands: crate::records::Counts,
+}
+
+impl Sb {
+    /// The record of a sandbox running as `run`, set up as `s` says, under `network`.
+    pub(crate) fn new(s: Settings, network: NetworkPolicy, run: Running) -> Sb {
+        Sb {
+            id: run.host.id().to_string(),
+            pid: run.host.pid(),
+            template: s.template,
+            created_at: s.created_at,
+            limits: s.limits,
+            metadata: s.metadata,
+            env: s.env,
+            net: NetState::new(network),
+            egress: run.egress,
+            pid_start: run.pid_start,
+            host: run.host,
+            clock: Lifetime::new(run.deadline),
+            activity: Arc::default(),
+            idle_timeout: s.idle_timeout,
+            kernels: run.kernels,
+            cpu_sample: Mutex::new(CpuSample { at: Instant::now(), usec: 0 }),
+            preload: s.preload,
+            tenant: s.tenant,
+            meter: run.meter,
+            template_defaults: s.template_defaults,
+            commands: run.commands,
+        }
+    }
+
+    /// The environment every command starts with: the create request's, plus the CA bundle
+    /// variables once brokering installed the sandbox's CA.
+    pub fn base_env(&self) -> BTreeMap<String, String> {
+        let mut e = lock(&self.net.trust_env).clone();
+        e.extend(self.env.clone());
+        e
+    }
+
+    pub fn target(&self) -> crate::code::Target<'_> {
+        crate::code::Target { id: &self.id, socket: self.host.agent_socket() }
+    }
+
+    /// The sandbox's host-wide slot (names its network link).
+    pub fn slot(&self) -> u32 {
+        self.host.slot()
+    }
+
+    /// The lifetime deadline.
+    pub fn deadline(&self) -> Deadline {
+        self.clock.deadline()
+    }
+
+    /// The network policy in force (secrets redacted).
+    pub fn network(&self) -> NetworkPolicy {
+        lock(&self.net.current).policy.clone()
+    }
+
+    pub fn view(&self) -> Sandbox {
+        Sandbox {
+            id: self.id.clone(),
+            template: self.template.clone(),
+            state: SandboxState::Running,
+            created_at: rfc3339(self.created_at),
+            expires_at: rfc3339(self.deadline().wall),
+            limits: Limits { disk_mb: disk_bytes(&self.limits) >> 20, ..self.limits.clone() },
+            metadata: self.metadata.clone(),
+            network: self.network(),
+            end_reason: None,
+            idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+        }
+    }
+
+    /// The sandbox's configuration as the store keeps it.
+    pub(crate) fn config(&self) -> crate::store::SandboxConfig {
+        crate::store::SandboxConfig {
+            limits: self.limits.clone(),
+            metadata: self.metadata.clone(),
+            env: self.env.clone(),
+            network: self.network(),
+            idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+            preload: self.preload.clone(),
+            tenant: Some(self.tenant.clone()),
+            cpu_base_usec: Some(self.meter.cpu_base_usec()),
+        }
+    }
+
+    pub fn oom_kills(&self) -> u64 {
+        self.host.oom_kills()
+    }
+
+    pub fn stats(&self) -> Option<Stats> {
+        self.host.stats()
+    }
+
+    /// Metered use so far (a fresh reading folded in).
+    pub fn usage(&self) -> api::SandboxUsage {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.meter.ended() {
+            if let Some(st) = self.stats() {
+                self.meter.sample(&st);
+            }
+        }
+        let egress = (self.egress.bytes_up.load(Relaxed), self.egress.bytes_down.load(Relaxed));
+        self.meter.report(&self.id, &self.tenant, egress)
+    }
+
+    /// Resource use (CPU % over the time since the previous call).
+    pub fn metrics(&self) -> api::SandboxMetrics {
+        let st = self.stats();
+        let now = Instant::now();
+        let usage = st.as_ref().map(|s| s.cpu_usage_usec).unwrap_or(0);
+        let cpu_percent = {
+            let mut last = lock(&self.cpu_sample);
+            let dt = now.duration_since(last.at).as_micros().max(1) as f64;
+            let p = usage.saturating_sub(last.usec) as f64 / dt * 100.0;
+            *last = CpuSample { at: now, usec: usage };
+            (p * 10.0).round() / 10.0
+        };
+        api::SandboxMetrics {
+            cpu_percent,
+            cpu_usage_ms: usage / 1000,
+            memory_used_bytes: st.as_ref().map(|s| s.memory_current_bytes).unwrap_or(0),
+            memory_peak_bytes: st.as_ref().and_then(|s| s.memory_peak_bytes),
+            memory_limit_bytes: self.limits.memory_mb << 20,
+            disk_used_bytes: 0,
+            disk_limit_bytes: disk_bytes(&self.limits),
+            pids: st.as_ref().map(|s| s.pids_current).unwrap_or(0),
+            pids_limit: self.limits.pids,
+            oom_kills: st.as_ref().map(|s| s.oom_kills).unwrap_or(0),
+        }
+    }
+}

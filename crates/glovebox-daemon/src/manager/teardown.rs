@@ -1,0 +1,143 @@
+//! How sandboxes end: one at a time ([`Manager::destroy`], every way a sandbox ends goes
+//! through it and records why), all at shutdown, or left running for the next start.
+//!
+//! A destroy answers once nothing of the sandbox runs; the release of what dead processes
+//! leave (cgroups, run directory, link, uid slot) finishes off the request's path.
+
+use std::sync::Arc;
+
+use glovebox_proto::api::EndReason;
+
+use super::pools::Booted;
+use super::{Manager, Sb};
+use crate::util::lock;
+
+impl Manager {
+    /// Ends a sandbox for `reason`: kill everything, release everything, remember why.
+    /// Returns false if it was not live.
+    pub async fn destroy(&self, id: &str, reason: EndReason) -> bool {
+        self.destroy_because(id, reason, None).await
+    }
+
+    /// [`Manager::destroy`] with a detail for the event.
+    pub async fn destroy_because(&self, id: &str, reason: EndReason, detail: Option<&str>) -> bool {
+        let Some(sb) = self.registry.remove(id) else { return false };
+        let _work = self.sandbox_work.guard();
+        sb.meter.finish(sb.stats().as_ref());
+        self.tenants.release(&sb.tenant, &sb.limits);
+        self.tenants.ended(id, &sb.tenant);
+        let announced: Vec<_> = self.observers.iter().filter_map(|o| o.ended(&sb, reason, detail)).collect();
+        self.registry.remember(id, reason);
+        self.metrics.ended(reason);
+        for a in announced {
+            a();
+        }
+        // What its agent still knows (of its commands), before the kill.
+        for o in &self.observers {
+            if let Some(last) = o.before_kill(self, &sb) {
+                last.await;
+            }
+        }
+        sb.clock.wake.notify_one();
+        sb.net.dns_stop.notify_waiters();
+        // The kill is waited for: when this returns, nothing of the sandbox runs any more.
+        let sb2 = sb.clone();
+        let gone = match tokio::task::spawn_blocking(move || sb2.host.kill()).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(sandbox = %id, "kill task: {e}");
+                false
+            }
+        };
+        // What is left is bookkeeping of dead processes (cgroups, the run directory, the
+        // veth, the uid slot): released after the answer, off the request's path. Unless
+        // PID 1 was not seen gone (no pidfd, or it outlived the 5 s wait): then the release's
+        // cgroup kill is what ends the rest, and it is waited for.
+        let work = self.release_work(sb, reason, gone);
+        if !gone {
+            if let Err(e) = tokio::task::spawn_blocking(work).await {
+                tracing::error!("teardown task: {e}");
+            }
+            return true;
+        }
+        let mut releases = lock(&self.releases);
+        while releases.try_join_next().is_some() {}
+        releases.spawn_blocking(work);
+        true
+    }
+
+    /// The release of a killed sandbox's host resources and link. Blocking.
+    fn release_work(&self, sb: Arc<Sb>, reason: EndReason, gone: bool) -> impl FnOnce() + Send + 'static {
+        let linked = sb.net.linked();
+        let net = self.net.clone();
+        move || {
+            let r = sb.host.release(gone);
+            if linked {
+                net.detach(sb.slot());
+            }
+            match r {
+                Ok(()) => tracing::info!(sandbox = %sb.id, reason = reason.as_str(), "sandbox destroyed"),
+                Err(e) => tracing::error!(sandbox = %sb.id, "teardown: {e}"),
+            }
+            // Dropping the last handle frees the uid slot.
+            drop(sb);
+        }
+    }
+
+    /// Waits for the releases of destroyed sandboxes still under way.
+    async fn settle_releases(&self) {
+        let mut pending = std::mem::take(&mut *lock(&self.releases));
+        while let Some(r) = pending.join_next().await {
+            if let Err(e) = r {
+                tracing::error!("teardown task: {e}");
+            }
+        }
+    }
+
+    /// Destroys every live sandbox (daemon shutdown, end of an embedded run).
+    pub async fn destroy_all(&self, reason: EndReason) {
+        for id in self.registry.ids() {
+            self.destroy(&id, reason).await;
+        }
+        self.drop_made_ahead().await;
+        self.release_own_state();
+        self.backend.reap_stale_bases();
+    }
+
+    /// At shutdown: the warm pool and what the backend made ahead (never handed out) go,
+    /// and the releases of destroyed sandboxes still running finish.
+    async fn drop_made_ahead(&self) {
+        let pooled: Vec<Booted> = self.warm.drain();
+        for b in pooled {
+            b.discard();
+        }
+        let backend = self.backend.clone();
+        let _ = tokio::task::spawn_blocking(move || backend.close()).await;
+        self.settle_releases().await;
+    }
+
+    /// What only this process's sandboxes need: its firewall table and base skeleton.
+    fn release_own_state(&self) {
+        self.net.teardown_table();
+        self.backend.release_own_state();
+    }
+
+    /// Daemon shutdown that leaves every sandbox running for the next start to re-adopt:
+    /// only the warm pool (never handed out) is torn down. The firewall table stays, so
+    /// linked sandboxes stay filtered (cut off from the resolver and proxy) until then —
+    /// unless no sandbox is left, when the table and the base skeleton go too.
+    pub async fn leave_for_restart(&self) {
+        self.drop_made_ahead().await;
+        // Dropping a sandbox's handle frees its uid slot: forget them instead (the process
+        // is ending), so the slots stay taken for the next start to re-take.
+        let live = self.registry.drain();
+        tracing::info!("leaving {} sandboxes running for the next start", live.len());
+        if live.is_empty() {
+            // Nothing for a next start to re-adopt, and maybe no next start.
+            self.release_own_state();
+        }
+        for sb in live {
+            std::mem::forget(sb);
+        }
+    }
+}

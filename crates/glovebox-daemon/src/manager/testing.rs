@@ -1,0 +1,32 @@
+//! A manager on the fake backend in a temporary directory, for unit tests (no root).
+
+use std::sync::Arc;
+
+use super::{Config, Manager};
+use crate::backend::fake::Fake;
+
+pub(crate) struct Fixture {
+    pub m: Arc<Manager>,
+    pub fake: Arc<Fake>,
+    _tmp: tempfile::TempDir,
+}
+
+/// A fresh manager (its data, run and template dirs in a new temporary directory) whose
+/// sandboxes run on a fake backend. Must run inside a tokio runtime.
+pub(crate) fn fixture() -> Fixture {
+    fixture_with(|_| {})
+}
+
+/// [`fixture`] with the configuration changed by `tune` first.
+pub(crate) fn fixture_with(tune: impl FnOnce(&mut Config)) -> Fixture {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut cfg = Config::new(tmp.path().join("data"), tmp.path().join("no-agent"));
+    cfg.run_dir = tmp.path().join("run");
+    cfg.templates_dir = tmp.path().join("templates");
+    std::fs::create_dir_all(cfg.run_dir.join("base")).expect("run dir");
+    tune(&mut cfg);
+    let store = super::open_store(&cfg.data_dir).expect("store");
+    let fake = Arc::new(Fake::new(&tmp.path().join("sandboxes")));
+    let m = Manager::with_backend(cfg, store, fake.clone(), Arc::default()).expect("manager");
+    Fixture { m, fake, _tmp: tmp }
+}

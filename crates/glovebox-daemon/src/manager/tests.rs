@@ -1,0 +1,199 @@
+//! The manager on the fake backend: create, exec, the clocks, agent death and destroy, as a
+//! caller sees them. No root, no namespaces.
+
+use std::time::{Duration, Instant};
+
+use glovebox_proto::api::{CreateSandbox, EndReason, ExecRequest};
+
+use super::testing::{fixture, fixture_with, Fixture};
+use super::Manager;
+use crate::error::Error;
+
+fn request(v: serde_json::Value) -> CreateSandbox {
+    serde_json::from_value(v).expect("create request")
+}
+
+fn exec(cmd: serde_json::Value) -> ExecRequest {
+    serde_json::from_value(cmd).expect("exec request")
+}
+
+/// Waits (at most `limit`) until sandbox `id` has ended, and returns why.
+async fn ended(m: &Manager, id: &str, limit: Duration) -> Option<EndReason> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Err(Error::Gone { reason, .. }) = m.get(id) {
+            return Some(reason);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn create_lists_and_destroy_answers_gone() {
+    let f = fixture();
+    let sb = f.m.create(request(serde_json::json!({"metadata": {"k": "v"}}))).await.expect("create");
+    let listed = f.m.list();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, sb.id);
+    assert_eq!(listed[0].metadata.get("k").map(String::as_str), Some("v"));
+    assert_eq!(f.m.owner_of(&sb.id).as_deref(), Some(crate::tenants::DEFAULT_TENANT));
+    assert!(f.m.destroy(&sb.id, EndReason::Killed).await);
+    // Gone, with the reason (the API's 410), and no longer listed or destroyable.
+    assert!(matches!(f.m.get(&sb.id), Err(Error::Gone { reason: EndReason::Killed, .. })));
+    assert!(f.m.list().is_empty());
+    assert!(!f.m.destroy(&sb.id, EndReason::Killed).await);
+    assert!(!f.fake.agent(&sb.id).expect("booted").is_alive());
+    // The store keeps the end: a manager that forgot still answers gone.
+    assert_eq!(f.m.store.end_reason(&sb.id).expect("store"), Some(EndReason::Killed));
+}
+
+#[tokio::test]
+async fn unknown_sandbox_is_not_found() {
+    let f = fixture();
+    assert!(matches!(f.m.get("nope"), Err(Error::SandboxNotFound(_))));
+}
+
+#[tokio::test]
+async fn bad_requests_create_nothing() {
+    let f = fixture();
+    for bad in [
+        serde_json::json!({"timeout_s": 0}),
+        serde_json::json!({"idle_timeout_s": 0}),
+        serde_json::json!({"resources": {"cpus": 0.0}}),
+        serde_json::json!({"env": {"A=B": "x"}}),
+    ] {
+        assert!(matches!(f.m.create(request(bad.clone())).await, Err(Error::Invalid(_))), "{bad}");
+    }
+    assert!(matches!(
+        f.m.create(request(serde_json::json!({"template": "missing"}))).await,
+        Err(Error::NotFound { what: "template", .. })
+    ));
+    assert!(f.m.list().is_empty());
+    assert!(lock_booted(&f).is_empty());
+}
+
+fn lock_booted(f: &Fixture) -> Vec<String> {
+    crate::util::lock(&f.fake.booted).iter().map(|a| a.id().to_string()).collect()
+}
+
+#[tokio::test]
+async fn exec_runs_through_the_agent() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    let r =
+        crate::ops::exec(&f.m, &sb, exec(serde_json::json!({"cmd": ["echo", "hello", "box"]}))).await.expect("exec");
+    assert_eq!((r.exit_code, r.stdout.as_str(), r.timed_out), (0, "hello box\n", false));
+    // A command over its time budget is reported timed out; the sandbox stays usable.
+    let r = crate::ops::exec(&f.m, &sb, exec(serde_json::json!({"cmd": ["sleep", "10"], "timeout_ms": 50})))
+        .await
+        .expect("exec");
+    assert!(r.timed_out);
+    assert_eq!(r.signal, Some(9));
+    assert!(f.m.get(&sb.id).is_ok());
+}
+
+#[tokio::test]
+async fn lifetime_deadline_ends_the_sandbox() {
+    let f = fixture();
+    let sb = f.m.create(request(serde_json::json!({"timeout_s": 1}))).await.expect("create");
+    assert_eq!(ended(&f.m, &sb.id, Duration::from_secs(5)).await, Some(EndReason::Timeout));
+}
+
+#[tokio::test]
+async fn set_timeout_moves_the_deadline() {
+    let f = fixture();
+    let sb = f.m.create(request(serde_json::json!({"timeout_s": 1}))).await.expect("create");
+    f.m.set_timeout(&sb.id, 3600).expect("set timeout");
+    assert_eq!(ended(&f.m, &sb.id, Duration::from_millis(1500)).await, None);
+    assert!(matches!(f.m.set_timeout(&sb.id, 0), Err(Error::Invalid(_))));
+}
+
+#[tokio::test]
+async fn idle_sandbox_ends_idle() {
+    let f = fixture();
+    let sb = f.m.create(request(serde_json::json!({"idle_timeout_s": 1}))).await.expect("create");
+    assert_eq!(ended(&f.m, &sb.id, Duration::from_secs(5)).await, Some(EndReason::Idle));
+}
+
+#[tokio::test]
+async fn activity_keeps_an_idle_clock_from_ending() {
+    let f = fixture();
+    let sb = f.m.create(request(serde_json::json!({"idle_timeout_s": 1}))).await.expect("create");
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        sb.activity.touch();
+    }
+    assert!(f.m.get(&sb.id).is_ok(), "ended while in use");
+    assert_eq!(ended(&f.m, &sb.id, Duration::from_secs(5)).await, Some(EndReason::Idle));
+}
+
+#[tokio::test]
+async fn agent_death_ends_the_sandbox_and_calls_answer_gone() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    f.fake.agent(&sb.id).expect("booted").die();
+    let r = crate::ops::exec(&f.m, &sb, exec(serde_json::json!({"cmd": ["echo", "x"]}))).await;
+    assert!(matches!(r, Err(Error::Gone { reason: EndReason::Error, .. })), "{r:?}");
+    assert_eq!(ended(&f.m, &sb.id, Duration::from_secs(5)).await, Some(EndReason::Error));
+}
+
+#[tokio::test]
+async fn destroy_all_ends_every_sandbox() {
+    let f = fixture();
+    let a = f.m.create(CreateSandbox::default()).await.expect("create");
+    let b = f.m.create(CreateSandbox::default()).await.expect("create");
+    f.m.destroy_all(EndReason::Killed).await;
+    assert_eq!(f.m.live_count(), 0);
+    for id in [&a.id, &b.id] {
+        assert!(matches!(f.m.get(id), Err(Error::Gone { reason: EndReason::Killed, .. })));
+    }
+}
+
+#[tokio::test]
+async fn observers_record_the_life_and_the_commands() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    let r = crate::ops::exec(&f.m, &sb, exec(serde_json::json!({"cmd": ["echo", "kept"]}))).await.expect("exec");
+    f.m.destroy_because(&sb.id, EndReason::Killed, Some("by the test")).await;
+    let rows = f.m.store.events(Some(&sb.id), 0, 10).expect("events");
+    let kinds: Vec<(&str, Option<&str>, Option<&str>)> =
+        rows.iter().map(|e| (e.kind.as_str(), e.reason.as_deref(), e.detail.as_deref())).collect();
+    assert_eq!(kinds, [("created", None, None), ("ended", Some("killed"), Some("by the test"))]);
+    // The end is stored with its usage; the command's record outlives the sandbox.
+    assert_eq!(f.m.store.end_reason(&sb.id).expect("store"), Some(EndReason::Killed));
+    assert_eq!(f.m.usage_of(&sb.id).map(|u| u.sandbox_id), Some(sb.id.clone()));
+    f.m.records.settle().await;
+    let rec = f.m.store.command(&sb.id, r.id).expect("store").expect("command record");
+    assert_eq!((rec.exit.exit_code, rec.stdout.as_slice()), (0, &b"kept\n"[..]));
+}
+
+/// Waits (at most 5 s) for the warm pool to hold one sandbox; the ids booted so far.
+async fn one_warm(f: &Fixture) -> Vec<String> {
+    let t = Instant::now();
+    while f.m.warm_count() < 1 && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(f.m.warm_count(), 1, "the pool filled");
+    lock_booted(f)
+}
+
+#[tokio::test]
+async fn a_warm_sandbox_is_handed_out_and_replaced() {
+    let f = fixture_with(|cfg| cfg.warm_pool = 1);
+    let booted = one_warm(&f).await;
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    assert_eq!(Some(&sb.id), booted.last(), "the create took the warm sandbox");
+    // Other limits than the pool's are applied to a warm sandbox...
+    let booted = one_warm(&f).await;
+    let sb = f.m.create(request(serde_json::json!({"resources": {"cpus": 0.5}}))).await.expect("create");
+    assert_eq!(Some(&sb.id), booted.last());
+    assert_eq!(sb.limits.cpus, 0.5);
+    // ...but a disk size its tmpfs cannot take boots a fresh one.
+    let booted = one_warm(&f).await;
+    let sb = f.m.create(request(serde_json::json!({"resources": {"disk_mb": 64}}))).await.expect("create");
+    assert!(!booted.contains(&sb.id));
+    assert_eq!(f.m.warm_count(), 1);
+    f.m.destroy_all(EndReason::Killed).await;
+    assert_eq!(f.m.warm_count(), 0, "shutdown discards the pool");
+}
