@@ -2,7 +2,6 @@
 //! sandbox's agent, and the HTTP API. The `glovebox` binary runs it (`glovebox serve`) or
 //! embeds it (`glovebox run` without a daemon).
 
-pub mod adopt;
 pub mod agent;
 pub mod backend;
 pub mod broker;
@@ -13,12 +12,10 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod idle;
-pub mod journal;
 pub mod manager;
 pub mod metrics;
 pub mod net;
 pub mod ops;
-pub mod records;
 pub mod secrets;
 pub mod server;
 pub mod slots;

@@ -79,13 +79,6 @@ async fn start(m: &Manager, sb: &Sb, spec: &ExecSpec, stdin: Option<Vec<u8>>) ->
     Ok(run)
 }
 
-pub fn encode(b: &[u8], enc: Encoding) -> String {
-    match enc {
-        Encoding::Utf8 => String::from_utf8_lossy(b).into_owned(),
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(b),
-    }
-}
-
 fn result(e: ap::ExitStatus, out: [Vec<u8>; 2], enc: Encoding, oom: bool) -> ExecResult {
     ExecResult {
         id: e.id,
@@ -93,8 +86,8 @@ fn result(e: ap::ExitStatus, out: [Vec<u8>; 2], enc: Encoding, oom: bool) -> Exe
         signal: e.signal,
         timed_out: e.timed_out,
         oom_killed: e.oom_killed || oom,
-        stdout: encode(&out[0], enc),
-        stderr: encode(&out[1], enc),
+        stdout: crate::util::encode(&out[0], enc),
+        stderr: crate::util::encode(&out[1], enc),
         encoding: enc,
         stdout_truncated: e.stdout_truncated,
         stderr_truncated: e.stderr_truncated,
@@ -110,7 +103,7 @@ pub async fn exec(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<ExecResult> 
     let (spec, stdin) = spec(sb, &req)?;
     let mut run = start(m, sb, &spec, stdin).await?;
     let (exit, out) = run.output.collect(spec.max_output_bytes).await.map_err(failed(m, sb, Op::Output(run.id)))?;
-    crate::records::record(m, sb, &spec.cmd, &exit, [&out[0], &out[1]]);
+    crate::manager::records::record(m, sb, &spec.cmd, &exit, [&out[0], &out[1]]);
     let oom = sb.oom_kills() > oom_before;
     let res = result(exit, out, req.encoding, oom);
     count_command(m, &res, t.elapsed());
@@ -179,9 +172,9 @@ pub async fn exec_stream(
                     continue;
                 }
                 sent[i] += b.len() as u64;
-                let room = crate::records::KEPT.saturating_sub(kept[i].len());
+                let room = crate::manager::records::KEPT.saturating_sub(kept[i].len());
                 kept[i].extend_from_slice(&b[..b.len().min(room)]);
-                let data = encode(b, enc);
+                let data = crate::util::encode(b, enc);
                 let l = if i == 0 { ExecStreamLine::Stdout { data } } else { ExecStreamLine::Stderr { data } };
                 if tx.send(line(&l)).await.is_err() {
                     // The client went away; the command goes on until it ends.
@@ -191,7 +184,7 @@ pub async fn exec_stream(
         };
         let last = match end.await {
             Ok(e) => {
-                crate::records::record(&m, &sb, &spec.cmd, &e, [&kept[0], &kept[1]]);
+                crate::manager::records::record(&m, &sb, &spec.cmd, &e, [&kept[0], &kept[1]]);
                 let oom = sb.oom_kills() > oom_before;
                 let res = result(e, [Vec::new(), Vec::new()], enc, oom);
                 count_command(&m, &res, t0.elapsed());

@@ -61,6 +61,15 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Command output as the API returns it: UTF-8 (lossy) or base64.
+pub fn encode(b: &[u8], enc: glovebox_proto::api::Encoding) -> String {
+    use base64::Engine;
+    match enc {
+        glovebox_proto::api::Encoding::Utf8 => String::from_utf8_lossy(b).into_owned(),
+        glovebox_proto::api::Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(b),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,7 @@ pub async fn exec(
     if req.background {
         let cmd = req.cmd.clone();
         let started = ops::exec_background(&st.manager, &sb, req).await?;
-        crate::records::watch_background(st.manager.clone(), sb.clone(), started.id, cmd);
+        crate::manager::records::watch_background(st.manager.clone(), sb.clone(), started.id, cmd);
         return Ok(json(StatusCode::ACCEPTED, &started));
     }
     if wants_ndjson(&headers) {
@@ -53,7 +53,7 @@ pub async fn result(
     Query(q): Query<ResultQuery>,
 ) -> ApiResult<Response> {
     // A record outlives the agent's memory of the command, and the sandbox.
-    let stored = || crate::records::stored_result(&st.manager, &id, cid, q.encoding);
+    let stored = || crate::manager::records::stored_result(&st.manager, &id, cid, q.encoding);
     let sb = match st.manager.get(&id) {
         Ok(sb) => sb,
         Err(e) => return stored().await.map(|r| json(StatusCode::OK, &r)).ok_or_else(|| e.into()),

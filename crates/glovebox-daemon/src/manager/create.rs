@@ -142,11 +142,11 @@ impl Manager {
             egress: crate::egress::Egress::new(policy.clone(), self.secrets.clone(), tenant),
             deadline: Deadline::after(Duration::from_secs(timeout_s)),
             meter: crate::usage::Meter::new(now, cpu_base),
-            commands: crate::records::Counts::default(),
+            commands: crate::manager::records::Counts::default(),
         };
         let sb = Arc::new(Sb::new(settings, req.network.redacted(), run));
         admission.commit();
-        crate::adopt::write_owner(self, sb.host.dir());
+        crate::manager::adopt::write_owner(self, sb.host.dir());
         let announced: Vec<_> = self.observers.iter().filter_map(|o| o.created(&sb)).collect();
         self.registry.insert(sb.clone());
         // From here the sandbox is listed; a caller gone before the answer has it destroyed.

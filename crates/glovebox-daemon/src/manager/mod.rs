@@ -9,14 +9,17 @@
 //!   is released by `destroy`, and a failed create releases what it took (fail closed).
 //! - The host never touches a path inside a sandbox: files go through the agent.
 
+mod adopt;
 mod agent;
 mod clocks;
 mod create;
+mod journal;
 mod network;
 mod observer;
 mod pools;
 mod reconcile;
 mod record;
+pub mod records;
 mod registry;
 mod teardown;
 
@@ -161,7 +164,7 @@ pub struct Manager {
     /// Persistent state (`<data_dir>/glovebox.db`).
     pub store: Arc<crate::store::Store>,
     /// Writes command records off the requests' path (see `records`).
-    pub records: crate::records::Writer,
+    pub records: crate::manager::records::Writer,
     /// API keys, tenants, quotas (see `tenants`).
     pub tenants: Arc<crate::tenants::Tenants>,
     /// Metered use of ended sandboxes (see `usage`).
@@ -220,14 +223,17 @@ impl Manager {
         let secrets = crate::secrets::SecretStore::open(&cfg.data_dir).map_err(|e| Error::Internal(e.to_string()))?;
         let events = Arc::new(crate::events::Events::new(store.clone()));
         let ended_usage: Arc<crate::usage::Ledger> = Arc::default();
-        let journal =
-            crate::journal::Journal { store: store.clone(), events: events.clone(), ended_usage: ended_usage.clone() };
+        let journal = crate::manager::journal::Journal {
+            store: store.clone(),
+            events: events.clone(),
+            ended_usage: ended_usage.clone(),
+        };
         let m = Arc::new(Manager {
             templates,
             backend,
             registry: Registry::default(),
             warm: pools::WarmPool::default(),
-            observers: vec![Arc::new(journal), Arc::new(crate::records::Flush)],
+            observers: vec![Arc::new(journal), Arc::new(crate::manager::records::Flush)],
             metrics: crate::metrics::Metrics::default(),
             net: Arc::new(crate::net::Net::new()),
             tenants: Arc::new(crate::tenants::Tenants::new()),
@@ -235,7 +241,7 @@ impl Manager {
             secrets: Arc::new(secrets),
             cfg,
             events,
-            records: crate::records::Writer::start(store.clone()),
+            records: crate::manager::records::Writer::start(store.clone()),
             releases: Mutex::new(tokio::task::JoinSet::new()),
             sandbox_work: work,
             store,
@@ -244,7 +250,7 @@ impl Manager {
         m.ended_usage.attach(m.store.clone())?;
         m.reconcile();
         m.spawn_sampler();
-        crate::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
+        crate::manager::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
         m.backend.start();
         m.refill_pool();
         Ok(m)

@@ -19,12 +19,12 @@ impl Manager {
         let mut adopted = 0usize;
         for o in self.backend.orphans() {
             let why = match self.adopt_orphan(&o.id, &o.dir, o.slot) {
-                crate::adopt::Disposition::Adopted => {
+                crate::manager::adopt::Disposition::Adopted => {
                     adopted += 1;
                     continue;
                 }
-                crate::adopt::Disposition::NotOurs => continue,
-                crate::adopt::Disposition::Cleanup(why) => why,
+                crate::manager::adopt::Disposition::NotOurs => continue,
+                crate::manager::adopt::Disposition::Cleanup(why) => why,
             };
             tracing::warn!(sandbox = %o.id, "cleaning up sandbox left by a previous daemon: {why}");
             self.backend.clean(&o);

@@ -127,7 +127,7 @@ pub struct Sb {
     /// The template's defaults (commands' user and cwd) and its layers (kept by GC).
     pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
     /// Commands started through the API and commands recorded (see `records::flush`).
-    pub(crate) commands: crate::records::Counts,
+    pub(crate) commands: crate::manager::records::Counts,
 }
 
 /// The running parts a record is made around.
@@ -138,7 +138,7 @@ pub(crate) struct Running {
     pub egress: Arc<crate::egress::Egress>,
     pub deadline: Deadline,
     pub meter: crate::usage::Meter,
-    pub commands: crate::records::Counts,
+    pub commands: crate::manager::records::Counts,
 }
 
 impl Sb {

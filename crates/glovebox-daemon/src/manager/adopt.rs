@@ -129,7 +129,7 @@ impl Manager {
             // now). Memory is integrated again from now; wall time from the creation.
             meter: crate::usage::Meter::resumed(rec.created_at, rec.config.cpu_base_usec.unwrap_or(cpu_now)),
             // Its commands from before the restart are unknown: the teardown asks its agent.
-            commands: crate::records::Counts::unknown(),
+            commands: crate::manager::records::Counts::unknown(),
         };
         Ok(Arc::new(Sb::new(settings, rec.config.network.clone(), run)))
     }
@@ -162,7 +162,7 @@ impl Manager {
                     return;
                 }
             }
-            crate::records::watch_running(&this, &sb).await;
+            crate::manager::records::watch_running(&this, &sb).await;
             this.events.record(&sb.id, EventKind::Adopted, None, None);
             tracing::info!(sandbox = %sb.id, "sandbox re-adopted");
         });
