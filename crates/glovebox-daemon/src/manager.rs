@@ -672,9 +672,7 @@ impl Manager {
             }
         }
         // Firewall tables of dead daemons (their sandboxes' links died with the sandboxes).
-        if which_nft() {
-            crate::net::reap_stale_tables();
-        }
+        crate::net::reap_stale_tables();
         // Cgroups with no directory (a daemon killed mid-create or mid-teardown).
         if let Ok(names) = self.cgroups.list() {
             for name in names {
@@ -1673,10 +1671,6 @@ impl Manager {
 /// the burst's high-water mark.
 fn trim_heap() {
     glovebox_jail::sys::trim_heap();
-}
-
-fn which_nft() -> bool {
-    ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].iter().any(|p| Path::new(p).exists())
 }
 
 /// Size of `/dev/shm`: a quarter of the memory budget, at most 64 MiB.
