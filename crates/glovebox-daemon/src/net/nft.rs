@@ -58,6 +58,7 @@ const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_DATA_TYPE: u16 = 6;
 const NFTA_SET_ID: u16 = 10;
+const NFTA_SET_USERDATA: u16 = 13;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
@@ -73,6 +74,13 @@ const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 /// nft's name for the ifname type (userspace only: it lets `nft list` print the keys).
 const TYPE_IFNAME: u32 = 41;
 const IFNAMSIZ: usize = 16;
+
+/// nft's user data for a set (type 0 "key byte order", length 4, 1 "host"): the keys are
+/// names as written; without it `nft list` would print them reversed (as empty strings).
+fn set_userdata() -> [u8; 6] {
+    let host = 1u32.to_ne_bytes();
+    [0, 4, host[0], host[1], host[2], host[3]]
+}
 
 const NF_DROP: u32 = 0;
 const NF_ACCEPT: u32 = 1;
@@ -208,7 +216,7 @@ impl<'a> Tx<'a> {
         if map {
             b.be32(NFTA_SET_DATA_TYPE, NFT_DATA_VERDICT);
         }
-        b.be32(NFTA_SET_ID, id).end();
+        b.be32(NFTA_SET_ID, id).attr(NFTA_SET_USERDATA, &set_userdata()).end();
     }
 
     /// Adds (or deletes) `dev` to set `set`; for maps, with a jump to `chain`.
