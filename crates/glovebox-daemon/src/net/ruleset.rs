@@ -1,8 +1,8 @@
 //! A policy's firewall, as data: the one place the decision order is written.
 //!
 //! `ruleset` turns a checked `Policy` into the ordered rules of the sandbox's chains (deny
-//! nets, allow nets with their ports, the always-denied ranges, allow-all, and the final
-//! reject), the input rules for the services on the host end, and the redirection of
+//! nets, allow nets with their ports, for allow-all the always-denied ranges and its accept,
+//! and the final reject), the input rules for the services on the host end, and the redirection of
 //! name-checked TCP to the proxy. The nftables programming (`nft`) is generated from it, and
 //! the proxy asks it whether an address is denied; a property test holds it to
 //! `Policy::verdict`.
@@ -112,10 +112,12 @@ pub fn ruleset(policy: &Policy) -> Ruleset {
                 }
             }
         }
-        for n in ALWAYS_DENIED {
-            out.push(rule(Some(*n), None, None, Verdict::Reject));
-        }
+        // An allow-list rejects the always-denied ranges with everything else that no rule
+        // allows (TCP with a reset); allow-all needs them before its accept.
         if policy.mode == NetworkMode::AllowAll {
+            for n in ALWAYS_DENIED {
+                out.push(rule(Some(*n), None, None, Verdict::Reject));
+            }
             out.push(rule(None, None, None, Verdict::Accept));
         }
         services.push(Service { l4: L4::Udp, port: 53 });
@@ -143,10 +145,13 @@ impl Ruleset {
     }
 
     /// Whether the address rules deny `ip` whatever the port: what the proxy checks after
-    /// a name is allowed (the first rule naming a network that holds `ip` decides; an
-    /// address no such rule names is not denied).
+    /// a name is allowed. The first rule naming a network that holds `ip` decides; an
+    /// address no such rule names is denied if it is in an always-denied range.
     pub fn denies_address(&self, ip: Ipv4Addr) -> bool {
-        self.out.iter().find(|r| r.to.is_some_and(|n| n.contains(ip))).is_some_and(|r| r.verdict != Verdict::Accept)
+        match self.out.iter().find(|r| r.to.is_some_and(|n| n.contains(ip))) {
+            Some(r) => r.verdict != Verdict::Accept,
+            None => ALWAYS_DENIED.iter().any(|n| n.contains(ip)),
+        }
     }
 }
 
@@ -173,8 +178,8 @@ mod tests {
         assert_eq!(r.decide(ip("198.51.100.7"), Proto::Tcp, 80), Verdict::Reject, "deny first");
         assert_eq!(r.decide(ip("198.51.100.8"), Proto::Other, 0), Verdict::Accept);
         assert_eq!(r.decide(ip("10.1.2.3"), Proto::Tcp, 5432), Verdict::Accept, "allow beats always-denied");
-        assert_eq!(r.decide(ip("10.1.2.3"), Proto::Tcp, 22), Verdict::Reject, "always-denied: an ICMP error");
-        assert_eq!(r.decide(ip("203.0.113.1"), Proto::Tcp, 22), Verdict::Reset, "the rest: TCP reset");
+        assert_eq!(r.decide(ip("10.1.2.3"), Proto::Tcp, 22), Verdict::Reset, "not allowed: TCP reset");
+        assert_eq!(r.decide(ip("169.254.169.254"), Proto::Udp, 80), Verdict::Reject);
         assert_eq!(r.decide(ip("10.1.2.3"), Proto::Other, 0), Verdict::Reject, "ports allow only TCP and UDP");
         assert_eq!(r.decide(ip("203.0.113.1"), Proto::Udp, 53), Verdict::Reject);
         assert_eq!(r.services, vec![Service { l4: L4::Udp, port: 53 }]);
@@ -183,6 +188,16 @@ mod tests {
         assert!(!r.denies_address(ip("10.1.2.3")));
         assert!(r.denies_address(ip("169.254.169.254")));
         assert!(!r.denies_address(ip("203.0.113.1")));
+    }
+
+    #[test]
+    fn allow_all_rejects_the_always_denied_ranges_before_accepting() {
+        let p = parse(serde_json::json!({ "mode": "allow-all" }));
+        let r = ruleset(&p);
+        assert_eq!(r.decide(Ipv4Addr::new(169, 254, 169, 254), Proto::Tcp, 80), Verdict::Reject);
+        assert_eq!(r.decide(Ipv4Addr::new(198, 51, 100, 1), Proto::Tcp, 80), Verdict::Accept);
+        assert!(r.denies_address(Ipv4Addr::new(10, 0, 0, 1)));
+        assert!(!r.denies_address(Ipv4Addr::new(198, 51, 100, 1)));
     }
 
     #[test]
