@@ -24,8 +24,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::secrets::SecretStore;
 
-/// Port the proxy listens on, on the host end of each sandbox's link.
-pub const PROXY_PORT: u16 = 15001;
 const AUDIT_MAX: usize = 10_000;
 const PEEK_MAX: usize = 16 * 1024;
 const PEEK_TIMEOUT: Duration = Duration::from_secs(5);

@@ -173,7 +173,7 @@ pub fn spawn_services(
     let udp = std::net::UdpSocket::bind((host, 53)).map_err(|e| Error::Internal(format!("dns bind {host}: {e}")))?;
     udp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
     let udp = tokio::net::UdpSocket::from_std(udp).map_err(|e| Error::Internal(e.to_string()))?;
-    let tcp = std::net::TcpListener::bind((host, crate::egress::PROXY_PORT))
+    let tcp = std::net::TcpListener::bind((host, ruleset::PROXY_PORT))
         .map_err(|e| Error::Internal(format!("proxy bind {host}: {e}")))?;
     tcp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
     let tcp = tokio::net::TcpListener::from_std(tcp).map_err(|e| Error::Internal(e.to_string()))?;

@@ -12,6 +12,9 @@ use std::net::Ipv4Addr;
 use glovebox_proto::api::NetworkMode;
 use glovebox_proto::policy::{Net4, Policy, ALWAYS_DENIED};
 
+/// Port the name-checking proxy listens on, on the host end of each sandbox's link.
+pub const PROXY_PORT: u16 = 15001;
+
 /// A transport protocol a rule can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum L4 {
@@ -123,9 +126,9 @@ pub fn ruleset(policy: &Policy) -> Ruleset {
         services.push(Service { l4: L4::Udp, port: 53 });
         let ports = policy.proxied_ports();
         if !ports.is_empty() {
-            let to_port = crate::egress::PROXY_PORT;
-            services.push(Service { l4: L4::Tcp, port: to_port });
-            redirect = Some(Redirect { ports, direct: policy.allow.iter().map(|a| a.net).collect(), to_port });
+            services.push(Service { l4: L4::Tcp, port: PROXY_PORT });
+            let direct = policy.allow.iter().map(|a| a.net).collect();
+            redirect = Some(Redirect { ports, direct, to_port: PROXY_PORT });
         }
     }
     out.push(rule(None, Some(L4::Tcp), None, Verdict::Reset));
