@@ -85,6 +85,11 @@ impl Net {
             .map_err(|e| Error::Internal(format!("link {dev}: {e}")))
             .and_then(|_| self.apply(slot, policy, true));
         if let Err(e) = r {
+            // The sandbox lives on (to be destroyed): its link is cut here, not left to its
+            // namespace.
+            if let Err(e) = link::delete(&dev) {
+                tracing::debug!("{e}");
+            }
             self.detach(slot);
             return Err(e);
         }
@@ -99,12 +104,13 @@ impl Net {
             .map_err(|e| Error::Internal(format!("firewall rules of {}: {e}", ifname(slot))))
     }
 
-    /// Removes the sandbox's link and rules (the veth also dies with its namespace).
+    /// Removes the rules of a sandbox whose processes are gone. Its link is not deleted here:
+    /// the kernel removes the veth pair with the sandbox's namespace, in the same pass that
+    /// removes the namespace's loopback, where a delete of its own would hold the kernel's
+    /// network configuration lock a second time (about 20 ms, which the next sandbox's link
+    /// would wait for). A link still there when the slot is reused is deleted then.
     pub fn detach(&self, slot: u32) {
         let dev = ifname(slot);
-        if let Err(e) = link::delete(&dev) {
-            tracing::debug!("{e}");
-        }
         if let Err(e) = nft::remove(&self.table, &dev, &chain(slot)) {
             tracing::debug!("firewall rules of {dev}: {e}");
         }
