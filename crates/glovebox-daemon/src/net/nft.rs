@@ -290,6 +290,8 @@ enum Expr<'a> {
     /// Destination NAT to the address in register 1 and the port in register 2.
     Dnat,
     Masquerade,
+    /// Packets and bytes that reached it (what `nft list` shows as `counter`).
+    Counter,
 }
 
 impl Expr<'_> {
@@ -305,6 +307,7 @@ impl Expr<'_> {
             Expr::Reject { .. } => "reject",
             Expr::Dnat => "nat",
             Expr::Masquerade => "masq",
+            Expr::Counter => "counter",
         };
         b.str(NFTA_EXPR_NAME, name).open(NFTA_EXPR_DATA | NLA_F_NESTED);
         match self {
@@ -369,7 +372,7 @@ impl Expr<'_> {
             Expr::Dnat => {
                 b.be32(1, NFT_NAT_DNAT).be32(2, u32::from(NFPROTO_IPV4)).be32(3, NFT_REG_1).be32(5, NFT_REG_2);
             }
-            Expr::Masquerade => {}
+            Expr::Masquerade | Expr::Counter => {}
         }
         b.close();
     }
@@ -415,6 +418,8 @@ fn out_rule(r: &Rule) -> Vec<Expr<'static>> {
     if let Some(p) = r.l4 {
         v.extend(l4(p, r.port));
     }
+    // CIDR-routed traffic is audited by these counters (docs/network.md).
+    v.push(Expr::Counter);
     v.push(match r.verdict {
         Verdict::Accept => Expr::Verdict(NF_ACCEPT, None),
         Verdict::Reject => Expr::Reject { tcp: false },
