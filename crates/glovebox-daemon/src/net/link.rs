@@ -160,4 +160,46 @@ mod tests {
         assert!(ifname(16_383).len() < 16, "IFNAMSIZ");
         assert_eq!(ifname(7), "gb7");
     }
+
+    /// A process alone in a new network namespace, killed on drop.
+    struct Netns(std::process::Child);
+
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn host_has(dev: &str) -> bool {
+        std::path::Path::new(&format!("/sys/class/net/{dev}")).exists()
+    }
+
+    #[test]
+    fn a_stale_link_is_replaced_and_the_peer_configured() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let ns = Netns(std::process::Command::new("unshare").args(["--net", "sleep", "30"]).spawn().expect("unshare"));
+        let pid = ns.0.id() as i32;
+        let mine = format!("/proc/{pid}/ns/net");
+        let entered = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::fs::read_link(&mine).ok() != std::fs::read_link("/proc/self/ns/net").ok()
+        });
+        assert!(entered, "the child never got its own network namespace");
+        let dev = format!("gbt{}", std::process::id() % 100_000);
+        let (host, peer) = (Ipv4Addr::new(10, 213, 255, 249), Ipv4Addr::new(10, 213, 255, 250));
+        create(&dev, pid, host, "glovebox_test").expect("create");
+        // What a crashed daemon leaves: the same name again is deleted and made anew.
+        create(&dev, pid, host, "glovebox_test").expect("create over a stale link");
+        configure_peer(pid, peer, host).expect("configure the peer");
+        let alias = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifalias")).expect("alias");
+        assert_eq!(alias.trim(), "glovebox_test");
+        delete(&dev).expect("delete");
+        assert!(!host_has(&dev), "{dev} is still there");
+        let e = delete(&dev).expect_err("a second delete finds nothing");
+        assert_eq!(e.errno, Errno::NODEV, "{e}");
+    }
 }
