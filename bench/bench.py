@@ -1516,14 +1516,12 @@ def main():
                                                  "scripts/build-code-interpreter) or no warm-pool daemon")
 
     # Network policy cost: deny-all against an allow-list, interleaved, in a group of their own
-    # (an allow-list create runs ip and nft; the kernel frees a veth asynchronously).
+    # (an allow-list create makes a veth and nftables rules over netlink; the kernel frees a
+    # veth asynchronously).
     if api is not None:
-        if shutil.which("nft") or os.path.exists("/usr/sbin/nft"):
-            add("net.create_deny_all", net_n, 3, net_step(api, "deny_all", {"mode": "deny-all"}), group="net")
-            add("net.create_allow_list", net_n, 3,
-                net_step(api, "allow_list", {"mode": "allow-list", "allow": ["198.51.100.0/24"]}), group="net")
-        elif wanted("net."):
-            unavailable["net.*"] = "nft not installed (scripts/deps installs nftables)"
+        add("net.create_deny_all", net_n, 3, net_step(api, "deny_all", {"mode": "deny-all"}), group="net")
+        add("net.create_allow_list", net_n, 3,
+            net_step(api, "allow_list", {"mode": "allow-list", "allow": ["198.51.100.0/24"]}), group="net")
 
     bundle, bundle_err = None, "runc not installed (Debian package runc; its `runc spec` makes the bundle)"
     if shutil.which("runc"):

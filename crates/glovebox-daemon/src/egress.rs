@@ -19,13 +19,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use glovebox_proto::api::EgressEntry;
-use glovebox_proto::policy::{Policy, ALWAYS_DENIED};
+use glovebox_proto::policy::Policy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::secrets::SecretStore;
 
-/// Port the proxy listens on, on the host end of each sandbox's link.
-pub const PROXY_PORT: u16 = 15001;
 const AUDIT_MAX: usize = 10_000;
 const PEEK_MAX: usize = 16 * 1024;
 const PEEK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -373,8 +371,7 @@ async fn proxy_one(mut conn: tokio::net::TcpStream, eg: Arc<Egress>) {
         }
     };
     let pol = eg.policy();
-    let denied_ip = pol.deny.iter().any(|d| d.contains(ip))
-        || (ALWAYS_DENIED.iter().any(|d| d.contains(ip)) && !pol.allow.iter().any(|a| a.net.contains(ip)));
+    let denied_ip = crate::net::ruleset(&pol).denies_address(ip);
     let verdict = if !pol.allows_name_port(&name, port) {
         Err("name not allowed on this port")
     } else if !eg.resolved_to(ip, &name) {

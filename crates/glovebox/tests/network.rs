@@ -47,9 +47,13 @@ fn udp(d: &Daemon, id: &str, msg: &str) -> String {
     )
 }
 
+/// The test internet's addresses are the host's: one at a time in this binary.
+static ONE_INTERNET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn policies_are_enforced_on_the_host_side() {
     require_root!();
+    let _one = ONE_INTERNET.lock().unwrap_or_else(|e| e.into_inner());
     let inet = Internet::start();
     // Prove the fixture answers from the host (so a block below is the policy's doing).
     let out = run_bounded(
@@ -201,4 +205,56 @@ fn a_daemon_stopped_with_no_sandbox_left_leaves_no_firewall_table() {
     d.stop();
     inet::assert_no_net_state(pid);
     d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn networking_runs_no_helper_binary() {
+    require_root!();
+    // `ip`, `nft` and `nsenter` first on the daemon's PATH are fakes that leave a mark and
+    // fail: links and rules must be made without them.
+    let fakes = common::tempdir("gbtest-fakebin-");
+    let marker = fakes.path().join("ran");
+    for name in ["ip", "nft", "nsenter"] {
+        let path = fakes.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\necho \"$0 $*\" >> {}\nexit 1\n", marker.display())).expect("fake");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    }
+    let _one = ONE_INTERNET.lock().unwrap_or_else(|e| e.into_inner());
+    let inet = Internet::start();
+    std::env::set_var("GLOVEBOX_DNS_UPSTREAM", format!("{NET}:53"));
+    let prelude: &'static str =
+        Box::leak(format!("PATH={}:$PATH; export PATH;", fakes.path().display()).into_boxed_str());
+    let d = Daemon::start_after(prelude);
+    let environ = std::fs::read(format!("/proc/{}/environ", d.pid())).expect("the daemon's environment");
+    let path = environ.split(|b| *b == 0).find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or_default();
+    assert!(
+        path.starts_with(fakes.path().as_os_str().as_encoded_bytes()),
+        "control: the fakes come first on the daemon's PATH: {}",
+        String::from_utf8_lossy(path)
+    );
+
+    let id = d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": [format!("{NET}:8080")] } })));
+    assert_eq!(http(&d, &id, "http://198.51.100.10:8080/"), "200");
+    assert!(http(&d, &id, "http://198.51.100.10:8081/").starts_with("blocked"), "other ports denied");
+
+    // Live update: a name through the resolver and the proxy, and the address rule kept.
+    let put = |policy: Value| {
+        let r =
+            d.req(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/network")).json(&policy).send().expect("update");
+        assert_eq!(r.status().as_u16(), 200, "{policy}");
+    };
+    put(json!({ "mode": "allow-list", "allow": [format!("{NET}:8080"), "api.good.test:8080"] }));
+    assert_eq!(http(&d, &id, "http://api.good.test:8080/"), "200", "the name after the update");
+    assert_eq!(http(&d, &id, "http://198.51.100.10:8080/"), "200", "the address rule after the update");
+    put(json!({ "mode": "allow-list", "allow": [format!("{NET}:9999")] }));
+    assert!(http(&d, &id, "http://198.51.100.10:8080/").starts_with("blocked"), "the narrower policy holds");
+    assert!(inet.evil_events().is_empty(), "the other server saw a connection: {}", inet.evil_events());
+
+    let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 204, "{v}");
+    let pid = d.pid();
+    d.shutdown_and_check_leaks();
+    inet::assert_no_net_state(pid);
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(!marker.exists(), "the daemon ran a networking binary: {ran}");
 }

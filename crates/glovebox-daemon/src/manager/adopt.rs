@@ -97,10 +97,7 @@ impl Manager {
         if policy.needs_link() {
             // The old link's firewall table dies with the old daemon: cut the link now (the
             // sandbox is offline until it is rebuilt, never unfiltered).
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", &format!("gb{}", rec.slot)])
-                .stderr(std::process::Stdio::null())
-                .status();
+            crate::net::cut_stale_link(rec.slot);
         }
         let now = SystemTime::now();
         let left = rec.deadline.duration_since(now).unwrap_or(Duration::ZERO);

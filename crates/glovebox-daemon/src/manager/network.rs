@@ -21,13 +21,17 @@ impl Manager {
         let (slot, pid) = (sb.slot(), sb.pid);
         let p = policy.clone();
         let net = self.net.clone();
-        tokio::task::spawn_blocking(move || net.attach(slot, pid, &p))
-            .await
-            .map_err(|e| Error::Internal(format!("network task: {e}")))??;
-        lock(&sb.net.current).linked = true;
         let (host, _) = crate::net::link_addrs(slot);
         let resolv = format!("nameserver {host}\noptions timeout:2 attempts:2\n");
-        write_file(sb, "/etc/resolv.conf", resolv.as_bytes()).await?;
+        // The resolver's address is known before the link exists: the agent writes it while
+        // the link is made.
+        let (linked, written) = tokio::join!(
+            tokio::task::spawn_blocking(move || net.attach(slot, pid, &p)),
+            write_file(sb, "/etc/resolv.conf", resolv.as_bytes())
+        );
+        linked.map_err(|e| Error::Internal(format!("network task: {e}")))??;
+        lock(&sb.net.current).linked = true;
+        written?;
         crate::net::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())?;
         Ok(())
     }

@@ -49,13 +49,7 @@ impl Manager {
         }
         self.backend.sweep();
         // Firewall tables of dead daemons (their sandboxes' links died with the sandboxes).
-        if which_nft() {
-            crate::net::reap_stale_tables();
-        }
+        crate::net::reap_stale_tables();
         self.backend.reap_stale_bases();
     }
-}
-
-fn which_nft() -> bool {
-    ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"].iter().any(|p| std::path::Path::new(p).exists())
 }

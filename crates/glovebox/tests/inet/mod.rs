@@ -176,8 +176,13 @@ pub fn has_table(pid: u32) -> (bool, String) {
 
 /// Nothing of the daemon `pid`'s networking is left: no link it made, no nft table.
 pub fn assert_no_net_state(pid: u32) {
+    // A destroyed sandbox's link goes with its network namespace, which the kernel removes
+    // in the background once the sandbox's last process is gone.
+    let gone = crate::common::poll(Duration::from_secs(5), Duration::from_millis(50), || {
+        links_of(pid).is_empty().then_some(())
+    });
     let left = links_of(pid);
-    assert!(left.is_empty(), "sandbox links left behind: {left:?}");
+    assert!(gone.is_some(), "sandbox links left behind: {left:?}");
     let (left, tables) = has_table(pid);
     assert!(!left, "the daemon's table is left: {tables}");
 }

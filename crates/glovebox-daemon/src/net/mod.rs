@@ -1,0 +1,201 @@
+//! Sandbox networking beyond loopback, enforced entirely on the host side: the `Net` facade
+//! the manager calls, over rooms of their own for the policy's rules as data (`ruleset`),
+//! the links (`link`, rtnetlink) and the firewall (`nft`, nf_tables), both spoken over
+//! netlink in process (`netlink`): no helper binary is run.
+//!
+//! A sandbox whose policy is not `deny-all` gets a veth pair: `gb<slot>` in the host's
+//! namespace, `eth0` in the sandbox's, a /30 of the sandbox network per uid slot (host .1,
+//! sandbox .2), a default route via the host end. Every packet the sandbox sends crosses the
+//! daemon's `inet glovebox_<pid>` table, where the sandbox's own chain applies its
+//! `Ruleset` (deny rules, then allow rules, then the always-denied ranges, then allow-all)
+//! and rejects the rest (TCP with a reset, so connections the policy no longer allows close
+//! at once). Traffic to the host itself is limited to the sandbox's resolver and proxy;
+//! replies come back only as part of connections the sandbox opened. Sandboxes have no
+//! IPv6. The sandbox, root in its own namespaces but without CAP_NET_ADMIN, can change none
+//! of it.
+//!
+//! DNS: the sandbox's `/etc/resolv.conf` names the host end, where the daemon's resolver
+//! answers while the policy is not deny-all (`egress`).
+
+mod link;
+mod netlink;
+mod nft;
+pub mod ruleset;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use glovebox_proto::policy::Policy;
+
+use crate::error::{Error, Result};
+pub use link::ifname;
+pub use ruleset::{ruleset, Ruleset};
+
+/// Tables are per daemon process (`glovebox_<pid>`): each handles only the interfaces in its
+/// own `ifaces` set, so several Glovebox processes on a host never drop each other's traffic,
+/// and a daemon's exit can remove its table.
+const TABLE_PREFIX: &str = "glovebox_";
+
+/// The sandbox network: 10.213.0.0/16, one /30 per uid slot (16,384 slots).
+pub fn link_addrs(slot: u32) -> (Ipv4Addr, Ipv4Addr) {
+    let base = u32::from(Ipv4Addr::new(10, 213, 0, 0)) + slot * 4;
+    (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
+}
+
+/// The sandbox's chain (with `_in` and `_nat` beside it).
+fn chain(slot: u32) -> String {
+    format!("sb{slot}")
+}
+
+/// The host-side firewall and forwarding, set up on first use.
+pub struct Net {
+    table: String,
+    ready: std::sync::OnceLock<std::result::Result<(), String>>,
+}
+
+impl Default for Net {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Net {
+    pub fn new() -> Net {
+        Net { table: format!("{TABLE_PREFIX}{}", std::process::id()), ready: std::sync::OnceLock::new() }
+    }
+
+    /// Creates this daemon's table and enables forwarding.
+    fn ensure(&self) -> Result<()> {
+        let r = self.ready.get_or_init(|| {
+            nft::create_table(&self.table).map_err(|e| format!("firewall table {}: {e}", self.table))?;
+            std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|e| format!("enable IPv4 forwarding: {e}"))
+        });
+        r.clone().map_err(Error::Unavailable)
+    }
+
+    /// Gives the sandbox (PID 1 `pid`, uid slot `slot`) its link and applies `policy`.
+    pub fn attach(&self, slot: u32, pid: i32, policy: &Policy) -> Result<()> {
+        self.ensure()?;
+        let (host, sb) = link_addrs(slot);
+        let dev = ifname(slot);
+        // The alias names the daemon that owns the link (its table's name), for leak checks
+        // on a host where several daemons run.
+        let r = link::create(&dev, pid, host, &self.table)
+            .and_then(|_| link::configure_peer(pid, sb, host))
+            .map_err(|e| Error::Internal(format!("link {dev}: {e}")))
+            .and_then(|_| self.apply(slot, policy, true));
+        if let Err(e) = r {
+            // The sandbox lives on (to be destroyed): its link is cut here, not left to its
+            // namespace.
+            if let Err(e) = link::delete(&dev) {
+                tracing::debug!("{e}");
+            }
+            self.detach(slot);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Replaces the sandbox's rules atomically (one nf_tables transaction).
+    pub fn apply(&self, slot: u32, policy: &Policy, first: bool) -> Result<()> {
+        self.ensure()?;
+        let (host, _) = link_addrs(slot);
+        nft::apply(&self.table, &ifname(slot), &chain(slot), host, &ruleset(policy), first)
+            .map_err(|e| Error::Internal(format!("firewall rules of {}: {e}", ifname(slot))))
+    }
+
+    /// Removes the rules of a sandbox whose processes are gone. Its link is not deleted here:
+    /// the kernel removes the veth pair with the sandbox's namespace, in the same pass that
+    /// removes the namespace's loopback, where a delete of its own would hold the kernel's
+    /// network configuration lock a second time (about 20 ms, which the next sandbox's link
+    /// would wait for). A link still there when the slot is reused is deleted then.
+    pub fn detach(&self, slot: u32) {
+        let dev = ifname(slot);
+        if let Err(e) = nft::remove(&self.table, &dev, &chain(slot)) {
+            tracing::debug!("firewall rules of {dev}: {e}");
+        }
+    }
+
+    /// Removes this daemon's table (at shutdown, once its sandboxes are gone).
+    pub fn teardown_table(&self) {
+        if self.ready.get().is_some() {
+            if let Err(e) = nft::delete_table(&self.table) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+}
+
+/// Cuts a sandbox's link left by an earlier daemon (whose table, and so its filtering, died
+/// with it): the sandbox is offline until it is linked again, never unfiltered.
+pub fn cut_stale_link(slot: u32) {
+    if let Err(e) = link::delete(&ifname(slot)) {
+        tracing::debug!("{e}");
+    }
+}
+
+/// Removes the tables (and links) of Glovebox processes that are no longer running.
+pub fn reap_stale_tables() {
+    let tables = match nft::inet_tables() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!("{e}");
+            return;
+        }
+    };
+    for name in tables {
+        let Some(pid) = name.strip_prefix(TABLE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if let Err(e) = nft::delete_table(&name) {
+                tracing::warn!("stale table: {e}");
+            }
+        }
+    }
+}
+
+/// The resolver the DNS forwarder asks: `GLOVEBOX_DNS_UPSTREAM`, else the first nameserver
+/// of the host's /etc/resolv.conf.
+fn dns_upstream() -> Option<SocketAddr> {
+    if let Ok(v) = std::env::var("GLOVEBOX_DNS_UPSTREAM") {
+        return v.parse().ok().or_else(|| v.parse::<Ipv4Addr>().ok().map(|ip| SocketAddr::from((ip, 53))));
+    }
+    let conf = std::fs::read_to_string("/etc/resolv.conf").ok()?;
+    conf.lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
+        .find(|ip| ip.is_ipv4())
+        .map(|ip| SocketAddr::new(ip, 53))
+}
+
+/// Starts the sandbox's resolver and proxy on the host end of its link.
+pub fn spawn_services(
+    slot: u32,
+    eg: std::sync::Arc<crate::egress::Egress>,
+    stop: Arc<tokio::sync::Notify>,
+) -> Result<()> {
+    let (host, _) = link_addrs(slot);
+    let upstream =
+        dns_upstream().ok_or_else(|| Error::Unavailable("no DNS upstream (set GLOVEBOX_DNS_UPSTREAM)".into()))?;
+    let udp = std::net::UdpSocket::bind((host, 53)).map_err(|e| Error::Internal(format!("dns bind {host}: {e}")))?;
+    udp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
+    let udp = tokio::net::UdpSocket::from_std(udp).map_err(|e| Error::Internal(e.to_string()))?;
+    let tcp = std::net::TcpListener::bind((host, ruleset::PROXY_PORT))
+        .map_err(|e| Error::Internal(format!("proxy bind {host}: {e}")))?;
+    tcp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
+    let tcp = tokio::net::TcpListener::from_std(tcp).map_err(|e| Error::Internal(e.to_string()))?;
+    crate::egress::spawn_resolver(udp, upstream, eg.clone(), stop.clone());
+    crate::egress::spawn_proxy(tcp, eg, stop);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_addresses_are_disjoint_per_slot() {
+        assert_eq!(link_addrs(0), (Ipv4Addr::new(10, 213, 0, 1), Ipv4Addr::new(10, 213, 0, 2)));
+        assert_eq!(link_addrs(1), (Ipv4Addr::new(10, 213, 0, 5), Ipv4Addr::new(10, 213, 0, 6)));
+        assert_eq!(link_addrs(16_383).1, Ipv4Addr::new(10, 213, 255, 254));
+    }
+}
