@@ -32,7 +32,7 @@ impl Manager {
         linked.map_err(|e| Error::Internal(format!("network task: {e}")))??;
         lock(&sb.net.current).linked = true;
         written?;
-        crate::net::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())?;
+        crate::egress::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())?;
         Ok(())
     }
 

@@ -22,8 +22,7 @@ mod netlink;
 mod nft;
 pub mod ruleset;
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::net::Ipv4Addr;
 
 use glovebox_proto::policy::Policy;
 
@@ -151,41 +150,6 @@ pub fn reap_stale_tables() {
             }
         }
     }
-}
-
-/// The resolver the DNS forwarder asks: `GLOVEBOX_DNS_UPSTREAM`, else the first nameserver
-/// of the host's /etc/resolv.conf.
-fn dns_upstream() -> Option<SocketAddr> {
-    if let Ok(v) = std::env::var("GLOVEBOX_DNS_UPSTREAM") {
-        return v.parse().ok().or_else(|| v.parse::<Ipv4Addr>().ok().map(|ip| SocketAddr::from((ip, 53))));
-    }
-    let conf = std::fs::read_to_string("/etc/resolv.conf").ok()?;
-    conf.lines()
-        .filter_map(|l| l.trim().strip_prefix("nameserver"))
-        .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
-        .find(|ip| ip.is_ipv4())
-        .map(|ip| SocketAddr::new(ip, 53))
-}
-
-/// Starts the sandbox's resolver and proxy on the host end of its link.
-pub fn spawn_services(
-    slot: u32,
-    eg: std::sync::Arc<crate::egress::Egress>,
-    stop: Arc<tokio::sync::Notify>,
-) -> Result<()> {
-    let (host, _) = link_addrs(slot);
-    let upstream =
-        dns_upstream().ok_or_else(|| Error::Unavailable("no DNS upstream (set GLOVEBOX_DNS_UPSTREAM)".into()))?;
-    let udp = std::net::UdpSocket::bind((host, 53)).map_err(|e| Error::Internal(format!("dns bind {host}: {e}")))?;
-    udp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
-    let udp = tokio::net::UdpSocket::from_std(udp).map_err(|e| Error::Internal(e.to_string()))?;
-    let tcp = std::net::TcpListener::bind((host, ruleset::PROXY_PORT))
-        .map_err(|e| Error::Internal(format!("proxy bind {host}: {e}")))?;
-    tcp.set_nonblocking(true).map_err(|e| Error::Internal(e.to_string()))?;
-    let tcp = tokio::net::TcpListener::from_std(tcp).map_err(|e| Error::Internal(e.to_string()))?;
-    crate::egress::spawn_resolver(udp, upstream, eg.clone(), stop.clone());
-    crate::egress::spawn_proxy(tcp, eg, stop);
-    Ok(())
 }
 
 #[cfg(test)]
