@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod http;
 pub mod idle;
+pub mod kernels;
 pub mod manager;
 pub mod metrics;
 pub mod net;

@@ -77,9 +77,9 @@ impl Jail {
         // start never replaces the tree under another's running sandboxes.
         let skel = run_dir.join("base").join(format!("host-{}", std::process::id()));
         glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
-        let kdir = skel.join(crate::code::KERNEL_DIR.trim_start_matches('/'));
+        let kdir = skel.join(crate::kernels::KERNEL_DIR.trim_start_matches('/'));
         fs::create_dir_all(&kdir).map_err(internal("kernel dir"))?;
-        for (name, body) in crate::code::KERNEL_FILES {
+        for (name, body) in crate::kernels::KERNEL_FILES {
             fs::write(kdir.join(name), body).map_err(internal("write kernel"))?;
         }
         // Orphans reparent to us, so the agents we start stay our children to reap.

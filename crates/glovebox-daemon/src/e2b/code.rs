@@ -16,8 +16,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{sandbox_path, At, E2b, RestError, JUPYTER_PORT};
-use crate::code::Kernel;
 use crate::error::Error;
+use crate::kernels::Kernel;
 
 pub fn routes() -> Router<E2b> {
     Router::new()

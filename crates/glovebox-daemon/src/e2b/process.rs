@@ -231,7 +231,7 @@ fn end_event(e: &ExitStatus) -> Value {
 /// Whether an agent command is a code-interpreter kernel (not a user's process).
 fn is_kernel(cmd: &Command) -> bool {
     match cmd {
-        Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::code::KERNEL_DIR)),
+        Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::kernels::KERNEL_DIR)),
         Command::Shell(_) => false,
     }
 }

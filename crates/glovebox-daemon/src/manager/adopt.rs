@@ -118,7 +118,7 @@ impl Manager {
         let run = Running {
             host,
             pid_start: rec.pid_start,
-            kernels: crate::code::Kernels::default(),
+            kernels: crate::kernels::Kernels::default(),
             egress: crate::egress::Egress::new(policy, self.secrets.clone(), &tenant),
             deadline: Deadline { at: Instant::now() + left, wall: rec.deadline },
             // CPU: the cgroup's counter kept running while the daemon was down, so everything

@@ -136,8 +136,8 @@ async fn commands_running(sb: &Sb) -> bool {
     match sb.agent().list().await {
         Ok(commands) => commands.iter().any(|c| {
             let kernel = match &c.cmd {
-                Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::code::KERNEL_DIR)),
-                Command::Shell(s) => s.contains(crate::code::KERNEL_DIR),
+                Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::kernels::KERNEL_DIR)),
+                Command::Shell(s) => s.contains(crate::kernels::KERNEL_DIR),
             };
             c.running && !kernel
         }),

@@ -170,7 +170,7 @@ impl Manager {
             // Start the kernel now so the first cell pays as little as possible.
             let sb2 = sb.clone();
             tokio::spawn(async move {
-                if let Err(e) = crate::code::prewarm(&sb2.kernels, &sb2.target(), sb2.preload.as_deref()).await {
+                if let Err(e) = crate::kernels::prewarm(&sb2.kernels, &sb2.target(), sb2.preload.as_deref()).await {
                     tracing::warn!(sandbox = %sb2.id, "prewarm kernel: {e}");
                 }
             });

@@ -18,7 +18,7 @@ use crate::util::lock;
 pub(crate) struct Booted {
     /// The pool key of its template (see [`Template::pool_key`]).
     pub template: String,
-    pub kernels: crate::code::Kernels,
+    pub kernels: crate::kernels::Kernels,
     pub host: Box<dyn Instance>,
     pub limits: Limits,
 }
@@ -157,8 +157,8 @@ impl Manager {
     /// Starts a warm sandbox's python kernel (when its template preloads one) and pools it.
     async fn warm_up(&self, b: Booted, tpl: &Template) {
         if let Some(p) = &tpl.preload {
-            let target = crate::code::Target { id: b.host.id(), socket: b.host.agent_socket() };
-            if let Err(e) = crate::code::prewarm(&b.kernels, &target, Some(p)).await {
+            let target = crate::kernels::Target { id: b.host.id(), socket: b.host.agent_socket() };
+            if let Err(e) = crate::kernels::prewarm(&b.kernels, &target, Some(p)).await {
                 tracing::warn!(sandbox = %b.host.id(), "warm kernel: {e}");
                 tokio::task::spawn_blocking(move || b.discard());
                 return;
@@ -190,7 +190,7 @@ impl Manager {
         let host = self.backend.boot(spec)?;
         Ok(Booted {
             template: tpl.pool_key(),
-            kernels: crate::code::Kernels::default(),
+            kernels: crate::kernels::Kernels::default(),
             host,
             limits: spec.limits.clone(),
         })

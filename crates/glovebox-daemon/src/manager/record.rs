@@ -116,7 +116,7 @@ pub struct Sb {
     pub activity: Arc<crate::idle::Activity>,
     pub idle_timeout: Option<Duration>,
     /// Code contexts (language kernels).
-    pub kernels: crate::code::Kernels,
+    pub kernels: crate::kernels::Kernels,
     /// The previous CPU sample (for `cpu_percent`).
     pub(crate) cpu_sample: Mutex<CpuSample>,
     /// Modules the template's python kernels preload.
@@ -134,7 +134,7 @@ pub struct Sb {
 pub(crate) struct Running {
     pub host: Box<dyn Instance>,
     pub pid_start: u64,
-    pub kernels: crate::code::Kernels,
+    pub kernels: crate::kernels::Kernels,
     pub egress: Arc<crate::egress::Egress>,
     pub deadline: Deadline,
     pub meter: crate::usage::Meter,
@@ -177,8 +177,8 @@ impl Sb {
         e
     }
 
-    pub fn target(&self) -> crate::code::Target<'_> {
-        crate::code::Target { id: &self.id, socket: self.host.agent_socket() }
+    pub fn target(&self) -> crate::kernels::Target<'_> {
+        crate::kernels::Target { id: &self.id, socket: self.host.agent_socket() }
     }
 
     /// The sandbox's host-wide slot (names its network link).

@@ -122,8 +122,8 @@ const FLUSH_BOUND: Duration = Duration::from_secs(3);
 
 fn is_kernel(cmd: &ap::Command) -> bool {
     match cmd {
-        ap::Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::code::KERNEL_DIR)),
-        ap::Command::Shell(s) => s.contains(crate::code::KERNEL_DIR),
+        ap::Command::Argv(v) => v.iter().any(|a| a.starts_with(crate::kernels::KERNEL_DIR)),
+        ap::Command::Shell(s) => s.contains(crate::kernels::KERNEL_DIR),
     }
 }
 

@@ -93,9 +93,9 @@ fn build_mini_skel(dir: &Path) -> std::io::Result<()> {
         fs::set_permissions(&d, fs::Permissions::from_mode(mode))?;
     }
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
-    let kdir = dir.join(crate::code::KERNEL_DIR.trim_start_matches('/'));
+    let kdir = dir.join(crate::kernels::KERNEL_DIR.trim_start_matches('/'));
     fs::create_dir_all(&kdir)?;
-    for (name, body) in crate::code::KERNEL_FILES {
+    for (name, body) in crate::kernels::KERNEL_FILES {
         fs::write(kdir.join(name), body)?;
     }
     Ok(())

@@ -1,0 +1,420 @@
+//! Long-lived language kernels (contexts) inside a sandbox, and the kernel files every
+//! sandbox carries. The cells' operations on a sandbox (`code`) sit above this room; a
+//! kernel reaches its sandbox only through a [`Host`].
+//!
+//! A kernel is a `raw` (session-mode) command run by the agent: the daemon holds one
+//! full-duplex session to it, writes one JSON request line per cell to its stdin and reads
+//! JSON event lines from its stdout (protocol in `kernels/python_kernel.py`). Kernel output
+//! is untrusted: lines are bounded, unknown events are skipped.
+//!
+//! Invariants: cells of one context run one at a time (the session lock); a cell that
+//! outlives its timeout is interrupted with SIGINT and, if it does not end within a grace
+//! period, the kernel is killed and the context restarted empty — the caller is told so
+//! (`context_restarted`); the sandbox is never wedged by a cell.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use glovebox_proto::agent::ExecSpec;
+use glovebox_proto::api::{CodeError, CodeResult, CodeStreamLine, Context, Language};
+
+use crate::agent::{AgentClient, Output, Session};
+use crate::error::{Error, Result};
+
+/// What a kernel needs of its sandbox to start: the agent socket (a warm sandbox in the pool
+/// has no `Sb` yet).
+pub struct Target<'a> {
+    pub id: &'a str,
+    pub socket: &'a std::path::Path,
+}
+
+impl Target<'_> {
+    fn agent(&self) -> AgentClient {
+        AgentClient::new(self.socket)
+    }
+}
+
+/// What a kernel needs of the sandbox it runs in, beyond its agent.
+pub trait Host: Sync {
+    /// The sandbox's agent.
+    fn target(&self) -> Target<'_>;
+    /// The variables every context starts with (the sandbox's own environment).
+    fn base_env(&self) -> std::collections::BTreeMap<String, String>;
+    /// What to report for a broken agent connection (the sandbox's end, when it ended).
+    fn broken(&self, e: String) -> Error;
+    /// Whether the sandbox's memory limit has killed a process (why a kernel died).
+    fn oom_killed(&self) -> bool;
+}
+
+/// Where the kernels live inside every sandbox (written into the base skeleton).
+pub const KERNEL_DIR: &str = "/opt/glovebox/kernels";
+/// Longest event line accepted from a kernel (a large PNG is a few MiB of base64).
+const MAX_LINE: usize = 64 << 20;
+/// How long a kernel may take to start (imports of preloaded modules included).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// After SIGINT, how long a cell may take to end before its kernel is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+/// Output text kept per stream and cell; beyond it the cell's output is dropped (and said so).
+const MAX_CELL_TEXT: usize = 4 << 20;
+/// Rich results kept per cell, and their total size.
+const MAX_CELL_RESULTS: usize = 100;
+const MAX_CELL_RESULT_BYTES: usize = 64 << 20;
+
+/// The kernel programs, embedded so every sandbox gets the daemon's own version.
+pub const KERNEL_FILES: &[(&str, &str)] = &[
+    ("python_kernel.py", include_str!("../kernels/python_kernel.py")),
+    ("node_kernel.js", include_str!("../kernels/node_kernel.js")),
+    ("bash_kernel.sh", include_str!("../kernels/bash_kernel.sh")),
+];
+
+fn argv(lang: Language) -> Vec<String> {
+    let (prog, file) = match lang {
+        Language::Python => ("python3", "python_kernel.py"),
+        Language::Javascript => ("node", "node_kernel.js"),
+        Language::Bash => ("bash", "bash_kernel.sh"),
+    };
+    vec![prog.to_string(), format!("{KERNEL_DIR}/{file}")]
+}
+
+/// One context of one sandbox.
+pub struct Kernel {
+    pub id: String,
+    pub language: Language,
+    pub cwd: String,
+    /// Modules the python kernel imports before it reports ready.
+    preload: Option<String>,
+    st: tokio::sync::Mutex<KState>,
+}
+
+#[derive(Default)]
+struct KState {
+    /// The agent's command id of the running kernel.
+    cmd: Option<u64>,
+    session: Option<Session>,
+    /// Whether the sandbox's environment was applied (with the first cell).
+    env_applied: bool,
+    /// Bytes of a partial line.
+    buf: Vec<u8>,
+    next: u64,
+}
+
+/// The contexts of a sandbox.
+#[derive(Default)]
+pub struct Kernels {
+    map: std::sync::Mutex<HashMap<String, Arc<Kernel>>>,
+}
+
+impl Kernels {
+    pub fn get(&self, id: &str) -> Option<Arc<Kernel>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+
+    pub fn list(&self) -> Vec<Context> {
+        let mut v: Vec<Context> =
+            self.map.lock().unwrap_or_else(|p| p.into_inner()).values().map(|k| k.view()).collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// The default context of `lang` (id = the language's name), made if missing.
+    pub fn default_for(&self, lang: Language, preload: Option<&str>) -> Arc<Kernel> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(lang.as_str().to_string())
+            .or_insert_with(|| Arc::new(Kernel::new(lang.as_str().to_string(), lang, None, preload)))
+            .clone()
+    }
+
+    pub fn insert(&self, k: Arc<Kernel>) {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).insert(k.id.clone(), k);
+    }
+
+    pub fn remove(&self, id: &str) -> Option<Arc<Kernel>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+    }
+}
+
+/// Outcome of one cell, delivered event by event to `on`.
+pub struct CellEnd {
+    pub execution_count: u64,
+    pub context_restarted: bool,
+}
+
+impl Kernel {
+    pub fn new(id: String, language: Language, cwd: Option<String>, preload: Option<&str>) -> Kernel {
+        Kernel {
+            id,
+            language,
+            cwd: cwd.unwrap_or_else(|| "/home/user".to_string()),
+            preload: if language == Language::Python { preload.map(str::to_string) } else { None },
+            st: tokio::sync::Mutex::new(KState::default()),
+        }
+    }
+
+    pub fn view(&self) -> Context {
+        Context { id: self.id.clone(), language: self.language, cwd: self.cwd.clone() }
+    }
+
+    /// Starts the kernel if it is not running.
+    pub async fn ensure(&self, t: &Target<'_>) -> Result<()> {
+        let mut st = self.st.lock().await;
+        self.start_locked(t, &mut st).await
+    }
+
+    async fn start_locked(&self, t: &Target<'_>, st: &mut KState) -> Result<()> {
+        if st.session.is_some() {
+            return Ok(());
+        }
+        st.env_applied = false;
+        let mut env = std::collections::BTreeMap::new();
+        env.insert("MPLBACKEND".into(), "Agg".into());
+        env.insert("PYTHONUNBUFFERED".into(), "1".into());
+        if let Some(p) = &self.preload {
+            env.insert("GLOVEBOX_PRELOAD".into(), p.clone());
+        }
+        let mut spec = ExecSpec::argv(argv(self.language));
+        spec.cwd = Some(self.cwd.clone());
+        spec.env = env;
+        spec.raw = true;
+        let agent = t.agent();
+        let start_failed = |e| Error::Agent(format!("start {} kernel: {e}", self.language.as_str()));
+        // A raw command's `Exec` exchange ends at `Started`; its output flows to the session.
+        let id = agent.exec(&spec).await.map_err(start_failed)?.id;
+        let session = agent.session(id).await.map_err(|e| Error::Agent(e.to_string()))?;
+        st.cmd = Some(id);
+        st.session = Some(session);
+        st.buf.clear();
+        // Wait for `ready`.
+        let ready = tokio::time::timeout(START_TIMEOUT, async {
+            loop {
+                match next_line(st).await? {
+                    Some(v) if v.get("type").and_then(|t| t.as_str()) == Some("ready") => return Ok(()),
+                    Some(_) => continue,
+                    None => {
+                        return Err(Error::Invalid(format!(
+                            "the {} kernel exited while starting (is {} installed in this sandbox?)",
+                            self.language.as_str(),
+                            argv(self.language)[0]
+                        )))
+                    }
+                }
+            }
+        })
+        .await;
+        match ready {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.kill_locked(t, st).await;
+                Err(e)
+            }
+            Err(_) => {
+                self.kill_locked(t, st).await;
+                Err(Error::Agent(format!(
+                    "the {} kernel did not start within {START_TIMEOUT:?}",
+                    self.language.as_str()
+                )))
+            }
+        }
+    }
+
+    async fn kill_locked(&self, t: &Target<'_>, st: &mut KState) {
+        st.session = None;
+        st.buf.clear();
+        if let Some(id) = st.cmd.take() {
+            let agent = t.agent();
+            let _ = agent.signal(id, libc::SIGKILL).await;
+            let _ = agent.release(id).await;
+        }
+    }
+
+    /// Kills the kernel and starts a fresh one.
+    pub async fn restart(&self, t: &Target<'_>) -> Result<()> {
+        let mut st = self.st.lock().await;
+        self.kill_locked(t, &mut st).await;
+        self.start_locked(t, &mut st).await
+    }
+
+    pub async fn shutdown(&self, t: &Target<'_>) {
+        let mut st = self.st.lock().await;
+        self.kill_locked(t, &mut st).await;
+    }
+
+    /// Runs one cell, calling `on` for every stdout/stderr/result/error as it happens.
+    pub async fn run(
+        &self,
+        host: &impl Host,
+        code: &str,
+        env: &std::collections::BTreeMap<String, String>,
+        timeout: Duration,
+        mut on: impl FnMut(CodeStreamLine),
+    ) -> Result<CellEnd> {
+        let t = host.target();
+        let t = &t;
+        let mut st = self.st.lock().await;
+        self.start_locked(t, &mut st).await.map_err(|e| match e {
+            Error::Agent(msg) => host.broken(msg),
+            e => e,
+        })?;
+        st.next += 1;
+        let req_id = format!("c{}", st.next);
+        let mut req = serde_json::json!({ "id": req_id, "code": code });
+        let mut cell_env = std::collections::BTreeMap::new();
+        if !st.env_applied {
+            cell_env.extend(host.base_env());
+            st.env_applied = true;
+        }
+        cell_env.extend(env.clone());
+        if !cell_env.is_empty() {
+            req["env"] = serde_json::to_value(&cell_env).unwrap_or_default();
+        }
+        let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
+        line.push(b'\n');
+        if let Some(session) = st.session.as_mut() {
+            session.write(&line).await.map_err(|e| Error::Agent(e.to_string()))?;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut interrupted = false;
+        // Bounds on what one cell may hand the daemon (the kernel is untrusted).
+        let mut text = [0usize; 2];
+        let mut results = (0usize, 0usize);
+        let mut on = move |line: CodeStreamLine| {
+            let i = match &line {
+                CodeStreamLine::Stdout { .. } => 0,
+                CodeStreamLine::Stderr { .. } => 1,
+                CodeStreamLine::Result(r) => {
+                    let size: usize = r.data.values().map(|v| v.as_str().map_or(64, str::len)).sum();
+                    results = (results.0 + 1, results.1 + size);
+                    if results.0 > MAX_CELL_RESULTS || results.1 > MAX_CELL_RESULT_BYTES {
+                        if results.0 == MAX_CELL_RESULTS + 1 || results.1 - size <= MAX_CELL_RESULT_BYTES {
+                            on(CodeStreamLine::Stderr {
+                                text: "[glovebox: further results of this cell dropped]\n".into(),
+                            });
+                        }
+                        return;
+                    }
+                    return on(line);
+                }
+                _ => return on(line),
+            };
+            let n = match &line {
+                CodeStreamLine::Stdout { text } | CodeStreamLine::Stderr { text } => text.len(),
+                _ => 0,
+            };
+            let before = text[i];
+            text[i] += n;
+            if text[i] <= MAX_CELL_TEXT {
+                on(line);
+            } else if before <= MAX_CELL_TEXT {
+                let note = format!("\n[glovebox: output truncated after {} MiB]\n", MAX_CELL_TEXT >> 20);
+                on(if i == 0 { CodeStreamLine::Stdout { text: note } } else { CodeStreamLine::Stderr { text: note } });
+            }
+        };
+        loop {
+            let limit = if interrupted { deadline + INTERRUPT_GRACE } else { deadline };
+            let next = tokio::time::timeout_at(limit, next_line(&mut st)).await;
+            match next {
+                Err(_) if !interrupted => {
+                    interrupted = true;
+                    if let Some(id) = st.cmd {
+                        let _ = t.agent().signal(id, libc::SIGINT).await;
+                    }
+                }
+                Err(_) => {
+                    // The cell ignored the interrupt: kill the kernel, start over next time.
+                    self.kill_locked(t, &mut st).await;
+                    on(CodeStreamLine::Error(timeout_error(timeout)));
+                    return Ok(CellEnd { execution_count: 0, context_restarted: true });
+                }
+                Ok(Err(e)) => {
+                    self.kill_locked(t, &mut st).await;
+                    return Err(host.broken(e.to_string()));
+                }
+                Ok(Ok(None)) => {
+                    // The kernel died mid-cell (e.g. out of memory, or `os._exit`).
+                    self.kill_locked(t, &mut st).await;
+                    let reason = if host.oom_killed() { "out of memory" } else { "exited" };
+                    on(CodeStreamLine::Error(CodeError {
+                        name: "KernelDied".into(),
+                        value: format!(
+                            "the {} kernel {reason} during the cell; its state is lost",
+                            self.language.as_str()
+                        ),
+                        traceback: String::new(),
+                    }));
+                    return Ok(CellEnd { execution_count: 0, context_restarted: true });
+                }
+                Ok(Ok(Some(ev))) => {
+                    if ev.get("id").and_then(|v| v.as_str()) != Some(req_id.as_str()) {
+                        continue;
+                    }
+                    let text = |k: &str| ev.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+                    match ev.get("type").and_then(|t| t.as_str()) {
+                        Some("stdout") => on(CodeStreamLine::Stdout { text: text("text") }),
+                        Some("stderr") => on(CodeStreamLine::Stderr { text: text("text") }),
+                        Some("result") => {
+                            let data = ev
+                                .get("data")
+                                .and_then(|d| d.as_object())
+                                .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                                .unwrap_or_default();
+                            let is_main_result = ev.get("is_main_result").and_then(|v| v.as_bool()).unwrap_or(false);
+                            on(CodeStreamLine::Result(CodeResult { is_main_result, data }));
+                        }
+                        Some("error") => {
+                            let mut e =
+                                CodeError { name: text("name"), value: text("value"), traceback: text("traceback") };
+                            if interrupted && e.name == "KeyboardInterrupt" {
+                                e = CodeError { traceback: e.traceback, ..timeout_error(timeout) };
+                            }
+                            on(CodeStreamLine::Error(e));
+                        }
+                        Some("end") => {
+                            let n = ev.get("execution_count").and_then(|v| v.as_u64()).unwrap_or(0);
+                            return Ok(CellEnd { execution_count: n, context_restarted: false });
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn timeout_error(t: Duration) -> CodeError {
+    CodeError {
+        name: "TimeoutError".into(),
+        value: format!("execution timed out after {} ms", t.as_millis()),
+        traceback: String::new(),
+    }
+}
+
+/// The next JSON event line of the kernel; `None` when the kernel exited.
+async fn next_line(st: &mut KState) -> Result<Option<serde_json::Value>> {
+    loop {
+        if let Some(nl) = st.buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = st.buf.drain(..=nl).collect();
+            match serde_json::from_slice::<serde_json::Value>(&line) {
+                Ok(v) if v.is_object() => return Ok(Some(v)),
+                // Not protocol (a kernel bug, or stray bytes): skip it.
+                _ => continue,
+            }
+        }
+        if st.buf.len() > MAX_LINE {
+            return Err(Error::Agent("kernel sent an over-long line".into()));
+        }
+        let Some(session) = st.session.as_mut() else { return Ok(None) };
+        match session.read().await {
+            Ok(Some(Output::Stdout(b))) => st.buf.extend_from_slice(&b),
+            // The kernel's own stderr (its crash report, if any) is not protocol.
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Error::Agent(e.to_string())),
+        }
+    }
+}
+
+/// Starts the default python context of a sandbox and waits until it is ready (warm
+/// kernels: the pool does this before handing a sandbox out).
+pub async fn prewarm(kernels: &Kernels, t: &Target<'_>, preload: Option<&str>) -> Result<()> {
+    kernels.default_for(Language::Python, preload).ensure(t).await
+}
