@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod backend;
 pub mod broker;
+pub mod builds;
 pub mod code;
 pub mod e2b;
 pub mod egress;

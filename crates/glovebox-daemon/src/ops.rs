@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use glovebox_proto::agent::{self as ap, ExecSpec, FileInfo};
@@ -15,52 +14,8 @@ use crate::agent::{AgentError, Op, Output, Running};
 use crate::error::{Error, Result};
 use crate::manager::{Manager, Sb};
 
-/// How long the daemon waits for a reply of an agent (the manager's own agent calls use it).
 /// Most output kept per stream when re-reading a command (the API's own cap).
 const MAX_KEPT: u64 = 64 << 20;
-
-fn spec(sb: &Sb, req: &ExecRequest) -> Result<(ExecSpec, Option<Vec<u8>>)> {
-    let stdin = match (&req.stdin, &req.stdin_base64) {
-        (Some(_), Some(_)) => return Err(Error::Invalid("give either stdin or stdin_base64, not both".into())),
-        (Some(s), None) => Some(s.as_bytes().to_vec()),
-        (None, Some(b)) => Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(b)
-                .map_err(|e| Error::Invalid(format!("stdin_base64: {e}")))?,
-        ),
-        (None, None) => None,
-    };
-    let max = req.max_output_bytes.unwrap_or(ap::DEFAULT_MAX_OUTPUT);
-    if max > 64 << 20 {
-        return Err(Error::Invalid("max_output_bytes must be at most 67108864 (64 MiB)".into()));
-    }
-    // Its ceiling was checked when the request was read.
-    let budget = req.timeout_ms.unwrap_or_default();
-    match &req.cmd {
-        ap::Command::Argv(v) if v.is_empty() => return Err(Error::Invalid("cmd must not be empty".into())),
-        ap::Command::Shell(s) if s.trim().is_empty() => return Err(Error::Invalid("cmd must not be empty".into())),
-        _ => {}
-    }
-    let mut env = sb.base_env();
-    env.extend(req.env.clone());
-    let (workdir, uid, gid) = crate::templates::exec_defaults(sb);
-    Ok((
-        ExecSpec {
-            cmd: req.cmd.clone(),
-            cwd: req.cwd.clone().or(workdir),
-            env,
-            // Background commands keep stdin open for `…/stdin` requests.
-            stdin: stdin.is_some() || req.background,
-            timeout_ms: budget.limit().map(|_| budget.as_ms()),
-            max_output_bytes: max,
-            uid,
-            gid,
-            background: req.background,
-            raw: false,
-        },
-        stdin,
-    ))
-}
 
 /// Maps a failed `op` request to `sb`'s agent to the daemon's error: a broken connection
 /// reports the sandbox's end when it ended meanwhile.
@@ -100,7 +55,7 @@ fn result(e: ap::ExitStatus, out: [Vec<u8>; 2], enc: Encoding, oom: bool) -> Exe
 pub async fn exec(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<ExecResult> {
     let t = std::time::Instant::now();
     let oom_before = sb.oom_kills();
-    let (spec, stdin) = spec(sb, &req)?;
+    let (spec, stdin) = sb.exec_spec(&req)?;
     let mut run = start(m, sb, &spec, stdin).await?;
     let (exit, out) = run.output.collect(spec.max_output_bytes).await.map_err(failed(m, sb, Op::Output(run.id)))?;
     crate::manager::records::record(m, sb, &spec.cmd, &exit, [&out[0], &out[1]]);
@@ -123,7 +78,7 @@ fn count_command(m: &Manager, r: &ExecResult, took: Duration) {
 }
 
 pub async fn exec_background(m: &Manager, sb: &Sb, req: ExecRequest) -> Result<Started> {
-    let (spec, stdin) = spec(sb, &req)?;
+    let (spec, stdin) = sb.exec_spec(&req)?;
     sb.commands.started();
     let run = sb.agent().exec(&spec).await.map_err(failed(m, sb, Op::Exec))?;
     let started = Started { id: run.id, pid: run.pid };
@@ -143,7 +98,7 @@ pub async fn exec_stream(
 ) -> Result<impl Stream<Item = std::result::Result<Bytes, std::io::Error>>> {
     let t0 = std::time::Instant::now();
     let oom_before = sb.oom_kills();
-    let (spec, stdin) = spec(&sb, &req)?;
+    let (spec, stdin) = sb.exec_spec(&req)?;
     let run = start(&m, &sb, &spec, stdin).await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let line = |l: &ExecStreamLine| {

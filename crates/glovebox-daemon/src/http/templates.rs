@@ -1,4 +1,4 @@
-//! `/v1/templates` handlers: parse, call, map errors (the work is in `templates::build` and
+//! `/v1/templates` handlers: parse, call, map errors (the work is in `builds` and
 //! the manager's template methods).
 
 use axum::body::Body;
@@ -13,7 +13,7 @@ use super::auth::require_admin;
 use super::error::{ApiError, ApiResult};
 use super::extract::{json, ndjson, wants_ndjson, Json, Path};
 use super::AppState;
-use crate::templates::build;
+use crate::builds as build;
 use crate::tenants::Caller;
 
 /// Templates are shared by every tenant of the host: building, deleting and collecting

@@ -82,7 +82,7 @@ impl Manager {
         if slot != Some(rec.slot) {
             return Err(format!("uid slot {slot:?} is not the recorded {}", rec.slot));
         }
-        if rec.template == crate::templates::build::BUILD_SANDBOX {
+        if rec.template == crate::templates::BUILD_SANDBOX {
             // Its build ended with the daemon that ran it (and its upper dir with it).
             return Err("a template build step's sandbox".into());
         }

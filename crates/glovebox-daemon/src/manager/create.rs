@@ -74,7 +74,7 @@ impl Manager {
     }
 
     /// A sandbox for one template build step: from `tpl` (the layers built so far), its
-    /// writes kept in the host directory `upper` (see `templates::build`).
+    /// writes kept in the host directory `upper` (see `builds`).
     pub(crate) async fn create_for_build(
         self: &Arc<Self>,
         req: CreateSandbox,
@@ -176,7 +176,7 @@ impl Manager {
             });
         }
         if let Some(cmd) = tpl.defaults.as_ref().and_then(|d| d.start_cmd.clone()) {
-            crate::templates::start_cmd(self, &sb, cmd).await;
+            self.start_template_cmd(&sb, cmd).await;
         }
         tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
         unanswered.id = None;

@@ -13,6 +13,7 @@ mod adopt;
 mod agent;
 mod clocks;
 mod create;
+mod exec;
 mod journal;
 mod network;
 mod observer;
@@ -22,6 +23,7 @@ mod record;
 pub mod records;
 mod registry;
 mod teardown;
+mod templates;
 
 #[cfg(test)]
 pub(crate) mod testing;
@@ -37,6 +39,7 @@ use std::time::Duration;
 use glovebox_proto::api::Limits;
 
 pub use crate::backend::jail::disk_bytes;
+pub use crate::templates::Template;
 pub use network::SANDBOX_CA;
 pub use observer::{Announce, LastWords, Observer};
 pub use record::{Deadline, Sb};
@@ -121,31 +124,6 @@ fn prepare_run_dir(dir: &Path) -> Result<()> {
 
 pub(crate) fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::Internal(format!("{what}: {e}"))
-}
-
-/// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
-/// and what its python kernels preload.
-#[derive(Debug, Clone)]
-pub struct Template {
-    pub name: String,
-    pub layers: Vec<PathBuf>,
-    pub preload: Option<String>,
-    /// The host's /usr under the layers (and the generated /etc skeleton); false when the
-    /// bottom layer is a whole root filesystem (Debian, OCI images).
-    pub host_usr: bool,
-    /// Defaults from a built template's spec (env, workdir, user, resources, start command).
-    pub defaults: Option<Arc<crate::templates::TemplateMeta>>,
-}
-
-impl Template {
-    pub fn base() -> Template {
-        Template { name: "base".into(), layers: Vec::new(), preload: None, host_usr: true, defaults: None }
-    }
-
-    /// What a warm sandbox must match to stand in for a fresh one of this template.
-    fn pool_key(&self) -> String {
-        format!("{}\0{:?}\0{}", self.name, self.layers, self.host_usr)
-    }
 }
 
 pub struct Manager {

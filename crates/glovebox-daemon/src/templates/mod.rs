@@ -6,7 +6,6 @@
 //! upper, so starting from a large template copies nothing; a layer in use by a live (or
 //! warm) sandbox or named by a template is never removed; a failed build saves no template.
 
-pub mod build;
 pub mod debian;
 pub mod oci;
 pub mod spec;
@@ -18,11 +17,38 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use glovebox_proto::api::{self, CreateSandbox, TemplateInfo};
+use glovebox_proto::api::CreateSandbox;
 
 use crate::error::{Error, Result};
-use crate::manager::{Manager, Sb, Template};
 pub use store::{Store, TemplateMeta};
+
+/// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
+/// and what its python kernels preload.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub name: String,
+    pub layers: Vec<PathBuf>,
+    pub preload: Option<String>,
+    /// The host's /usr under the layers (and the generated /etc skeleton); false when the
+    /// bottom layer is a whole root filesystem (Debian, OCI images).
+    pub host_usr: bool,
+    /// Defaults from a built template's spec (env, workdir, user, resources, start command).
+    pub defaults: Option<Arc<TemplateMeta>>,
+}
+
+impl Template {
+    pub fn base() -> Template {
+        Template { name: "base".into(), layers: Vec::new(), preload: None, host_usr: true, defaults: None }
+    }
+
+    /// What a warm sandbox must match to stand in for a fresh one of this template.
+    pub(crate) fn pool_key(&self) -> String {
+        format!("{}\0{:?}\0{}", self.name, self.layers, self.host_usr)
+    }
+}
+
+/// The template name build sandboxes show (not a valid template name, so never a real one).
+pub const BUILD_SANDBOX: &str = "(template build)";
 
 /// The template part of the manager: the store, the small root skeleton under images that
 /// bring their own root, and the lock that keeps GC out of running builds.
@@ -66,11 +92,11 @@ impl Templates {
     }
 
     /// Marks `name` as being built; false if it already is.
-    fn begin(&self, name: &str) -> bool {
+    pub(crate) fn begin(&self, name: &str) -> bool {
         self.building.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string())
     }
 
-    fn end(&self, name: &str) {
+    pub(crate) fn end(&self, name: &str) {
         self.building.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
 }
@@ -113,112 +139,6 @@ pub fn apply_defaults(d: &TemplateMeta, req: &mut CreateSandbox) {
     r.memory_mb = r.memory_mb.or(t.memory_mb);
     r.disk_mb = r.disk_mb.or(t.disk_mb);
     r.pids = r.pids.or(t.pids);
-}
-
-/// The template's default user and working directory for a command that names none.
-pub fn exec_defaults(sb: &Sb) -> (Option<String>, Option<u32>, Option<u32>) {
-    match &sb.template_defaults {
-        Some(d) => (d.workdir.clone(), d.uid, d.gid),
-        None => (None, None, None),
-    }
-}
-
-/// Starts the template's `CMD` in the background of a new sandbox (best effort: a start
-/// command that fails is logged, the sandbox stays usable).
-pub async fn start_cmd(m: &Arc<Manager>, sb: &Arc<Sb>, cmd: Vec<String>) {
-    let req = api::ExecRequest {
-        cmd: api::Command::Argv(cmd),
-        cwd: None,
-        env: Default::default(),
-        stdin: None,
-        stdin_base64: None,
-        timeout_ms: Some(api::TimeBudget::UNBOUNDED),
-        max_output_bytes: None,
-        encoding: api::Encoding::Utf8,
-        background: true,
-    };
-    if let Err(e) = crate::ops::exec_background(m, sb, req).await {
-        tracing::warn!(sandbox = %sb.id, "template start command: {e}");
-    }
-}
-
-impl Manager {
-    /// The API view of a built template.
-    pub fn template_info(&self, meta: &TemplateMeta) -> TemplateInfo {
-        let sandboxes = self.list().iter().filter(|s| s.template == meta.name).count();
-        TemplateInfo {
-            name: meta.name.clone(),
-            base: meta.base.clone(),
-            layers: meta.layers.clone(),
-            size_bytes: meta.layers.iter().map(|l| self.templates.store.layer_size(l)).sum(),
-            created_at: meta.created_at.clone(),
-            env: meta.env.clone(),
-            workdir: meta.workdir.clone(),
-            user: meta.user.clone(),
-            resources: meta.resources.clone(),
-            start_cmd: meta.start_cmd.clone(),
-            sandboxes,
-        }
-    }
-
-    pub fn template_list(&self) -> Vec<TemplateInfo> {
-        self.templates.store.list().iter().map(|t| self.template_info(t)).collect()
-    }
-
-    pub fn template_get(&self, name: &str) -> Result<TemplateInfo> {
-        match self.templates.store.load(name) {
-            Some(t) => Ok(self.template_info(&t)),
-            None => Err(Error::NotFound { what: "template", name: name.to_string() }),
-        }
-    }
-
-    /// Deletes a built template; refused (409) while a live sandbox runs from it. Its layers
-    /// that nothing else uses are collected right away.
-    pub async fn template_delete(&self, name: &str) -> Result<u64> {
-        if self.templates.store.load(name).is_none() {
-            return Err(Error::NotFound { what: "template", name: name.to_string() });
-        }
-        let _g = self.templates.gc_lock.write().await;
-        let users = self.list().iter().filter(|s| s.template == name).count();
-        if users > 0 {
-            return Err(Error::Conflict(format!(
-                "template {name:?} is in use by {users} sandbox(es); kill them first"
-            )));
-        }
-        self.discard_warm(name);
-        self.templates.store.remove(name).map_err(|e| Error::Internal(format!("remove template: {e}")))?;
-        Ok(self.gc_locked())
-    }
-
-    /// Removes every layer no template and no live sandbox uses. Returns the bytes freed.
-    pub async fn template_gc(&self) -> u64 {
-        let _g = self.templates.gc_lock.write().await;
-        self.gc_locked()
-    }
-
-    fn gc_locked(&self) -> u64 {
-        let store = &self.templates.store;
-        let mut keep: BTreeSet<String> = BTreeSet::new();
-        for t in store.list() {
-            keep.extend(t.layers);
-        }
-        // Templates deleted or rebuilt while sandboxes still run from the old layers.
-        for d in self.live_template_defaults() {
-            keep.extend(d.layers.iter().cloned());
-        }
-        let warm = self.warm_keys();
-        let mut freed = 0;
-        for id in store.layer_ids() {
-            if keep.contains(&id) || warm.iter().any(|k| k.contains(&id)) || debian::is_base_layer(store, &id) {
-                continue;
-            }
-            match store.remove_layer(&id) {
-                Ok(n) => freed += n,
-                Err(e) => tracing::warn!(layer = %id, "gc: {e}"),
-            }
-        }
-        freed
-    }
 }
 
 /// Which files a build may reach in the build context: none outside it (a path with `..`

@@ -21,13 +21,13 @@ use glovebox_proto::agent::ExecSpec;
 use glovebox_proto::api::{self, BuildLine, BuildTemplate, CreateSandbox, EndReason, NetworkMode, NetworkPolicy};
 use tokio::sync::mpsc;
 
-use super::spec::{self, Cmd, Instr};
-use super::store::{hash_parts, hex, TemplateMeta};
 use crate::agent::{AgentError, Output, Running};
-use crate::manager::{Manager, Sb, Template};
+use crate::manager::{Manager, Sb};
+use crate::templates::spec::{self, Cmd, Instr};
+use crate::templates::store::{hash_parts, hex, TemplateMeta};
+use crate::templates::Template;
 
-/// The template name build sandboxes show (not a valid template name, so never a real one).
-pub const BUILD_SANDBOX: &str = "(template build)";
+pub use crate::templates::BUILD_SANDBOX;
 /// One step's time budget.
 const STEP_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 /// Lines of output kept for the failure report.
@@ -88,7 +88,7 @@ pub struct Checked {
 
 pub fn check(req: BuildTemplate) -> Result<Checked, Failure> {
     use base64::Engine;
-    if !super::store::valid_name(&req.name) {
+    if !crate::templates::store::valid_name(&req.name) {
         return Err(Failure::invalid(format!(
             "bad template name {:?} (1-63 of a-z 0-9 . _ -, starting with a letter or digit)",
             req.name
@@ -353,7 +353,7 @@ async fn base(m: &Arc<Manager>, from: &str, ctx: &Path, scratch: &Path, log: &Lo
         return Ok(st);
     }
     // Another built template: its layers and config, as a parent image.
-    if super::store::valid_name(from) {
+    if crate::templates::store::valid_name(from) {
         if let Some(t) = m.templates.store.load(from) {
             log.send(BuildLine::Base { message: format!("from template {from} ({} layers)", t.layers.len()) }).await;
             st.host_usr = t.host_usr;
@@ -372,21 +372,22 @@ async fn base(m: &Arc<Manager>, from: &str, ctx: &Path, scratch: &Path, log: &Lo
     };
     let store = m.templates.store.clone();
     let work = async {
-        if let Some(r) = super::debian::parse_ref(from) {
+        if let Some(r) = crate::templates::debian::parse_ref(from) {
             let (suite, slim) = r.map_err(fail)?;
-            let layers = super::debian::ensure_layers(&store, &suite, slim, scratch, &logger).await.map_err(fail)?;
-            return Ok::<_, Failure>(super::oci::Image { layers, ..Default::default() });
+            let layers =
+                crate::templates::debian::ensure_layers(&store, &suite, slim, scratch, &logger).await.map_err(fail)?;
+            return Ok::<_, Failure>(crate::templates::oci::Image { layers, ..Default::default() });
         }
         if let Some(path) = from.strip_prefix("oci-archive:") {
-            let p = super::context_path(ctx, path)
+            let p = crate::templates::context_path(ctx, path)
                 .ok_or_else(|| fail("the archive must be inside the build context".into()))?;
             let store2 = store.clone();
-            return tokio::task::spawn_blocking(move || super::oci::from_archive(&store2, &p))
+            return tokio::task::spawn_blocking(move || crate::templates::oci::from_archive(&store2, &p))
                 .await
                 .map_err(|e| fail(format!("task: {e}")))?
                 .map_err(fail);
         }
-        super::oci::pull(&store, from, &logger).await.map_err(fail)
+        crate::templates::oci::pull(&store, from, &logger).await.map_err(fail)
     };
     tokio::pin!(work);
     let img = loop {
@@ -678,7 +679,8 @@ fn copy_tar(ctx: &Path, srcs: &[String], dest: &str, chmod: Option<u32>) -> Resu
     b.follow_symlinks(false);
     let to_dir = dest.ends_with('/') || srcs.len() > 1;
     for s in srcs {
-        let p = super::context_path(ctx, s).ok_or_else(|| format!("COPY source {s:?} is outside the build context"))?;
+        let p = crate::templates::context_path(ctx, s)
+            .ok_or_else(|| format!("COPY source {s:?} is outside the build context"))?;
         let md = fs::symlink_metadata(&p).map_err(|_| format!("COPY source {s:?} not found in the build context"))?;
         let target = if md.is_dir() {
             dest.trim_end_matches('/').to_string()
