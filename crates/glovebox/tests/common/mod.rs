@@ -419,6 +419,8 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 thread_local! {
     static WARM_POOL: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static KEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Start the daemon with an empty prebuilt-templates dir (as before any template build).
+    static NO_TEMPLATES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Shell commands run before the daemon is exec'd (empty: it is started directly).
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
 }
@@ -465,6 +467,15 @@ impl Daemon {
         d
     }
 
+    /// A daemon that finds no prebuilt template (`GLOVEBOX_TEMPLATES_DIR` empty), whatever
+    /// the environment of the test run has built.
+    pub fn start_without_templates() -> Daemon {
+        NO_TEMPLATES.with(|k| k.set(true));
+        let d = Daemon::start();
+        NO_TEMPLATES.with(|k| k.set(false));
+        d
+    }
+
     fn spawn(
         dir: tempfile::TempDir,
         logs: tempfile::TempDir,
@@ -493,6 +504,9 @@ impl Daemon {
             } else {
                 Command::new(&bin)
             };
+            if NO_TEMPLATES.with(|k| k.get()) {
+                command.env("GLOVEBOX_TEMPLATES_DIR", data_dir.join("no-prebuilt-templates"));
+            }
             let mut child = command
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&data_dir)
