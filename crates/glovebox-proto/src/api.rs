@@ -140,7 +140,7 @@ pub enum NetworkMode {
 /// A sandbox's network policy. Rules are CIDRs or IPs (`198.51.100.0/24`, `198.51.100.7`),
 /// optionally with ports (`198.51.100.0/24:443,8443`). `deny` wins over `allow`; the host,
 /// other sandboxes, loopback, link-local (incl. metadata), private and multicast ranges are
-/// denied unless an `allow` rule names them. See the `policy` module.
+/// denied unless an `allow` rule names them. See docs/network.md.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
