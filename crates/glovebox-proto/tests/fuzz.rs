@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 
 use glovebox_proto::agent::{Event, Reply, Request};
 use glovebox_proto::api::{
-    CreateContext, CreateSandbox, ExecRequest, NetworkPolicy, RunCode, SetTimeout, SignalRequest,
+    CreateContext, CreateSandbox, ExecRequest, NetworkPolicy, RunCode, SetTimeout, SignalRequest, TimeBudget,
 };
 use glovebox_proto::frame::{self, Kind, MAX_FRAME};
 use glovebox_proto::policy;
@@ -358,7 +358,8 @@ proptest! {
     fn exec_requests_round_trip(
         cmd in prop_oneof![vec(text(), 1..4).prop_map(|v| json!(v)), text().prop_map(|s| json!(s))],
         env in btree_map("[A-Z_]{1,6}", text(), 0..3),
-        timeout in proptest::option::of(any::<u64>()),
+        timeout in proptest::option::of(0..=TimeBudget::MAX_MS),
+        too_long in TimeBudget::MAX_MS + 1..,
         cap in proptest::option::of(any::<u64>()),
         background in any::<bool>(),
         enc in select(vec!["utf8", "base64"]),
@@ -374,6 +375,9 @@ proptest! {
         agent.as_object_mut().unwrap().remove("encoding");
         agent.as_object_mut().unwrap().remove("max_output_bytes");
         round_trips::<Request>(&agent.to_string())?;
+        // A budget beyond the longest a sandbox lives is refused when the request is read.
+        v["timeout_ms"] = json!(too_long);
+        prop_assert!(serde_json::from_str::<ExecRequest>(&v.to_string()).is_err(), "budget {} accepted", too_long);
     }
 
     /// Network policy rules: any strings parse or fail with a message; a parsed policy
