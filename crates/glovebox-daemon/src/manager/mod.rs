@@ -154,6 +154,9 @@ pub struct Manager {
     pub templates: crate::templates::Templates,
     /// Releases of destroyed sandboxes still under way (see [`Manager::destroy_because`]).
     releases: Mutex<tokio::task::JoinSet<()>>,
+    /// Held shared by every destroy under way (from before its sandbox leaves the registry):
+    /// a shutdown takes it exclusively, so it never ends while a sandbox is half torn down.
+    destroying: tokio::sync::RwLock<()>,
     /// Work on sandboxes in flight: creates, destroys, requests on one (see `http::activity`).
     /// What is made ahead waits for a quiet moment.
     pub(crate) sandbox_work: Arc<crate::idle::Activity>,
@@ -221,6 +224,7 @@ impl Manager {
             events,
             records: crate::manager::records::Writer::start(store.clone()),
             releases: Mutex::new(tokio::task::JoinSet::new()),
+            destroying: tokio::sync::RwLock::new(()),
             sandbox_work: work,
             store,
         });

@@ -21,6 +21,9 @@ impl Manager {
 
     /// [`Manager::destroy`] with a detail for the event.
     pub async fn destroy_because(&self, id: &str, reason: EndReason, detail: Option<&str>) -> bool {
+        // A timeout's or an idle clock's destroy runs on a task of its own: a shutdown
+        // meanwhile waits for it (see `settle_releases`).
+        let _ending = self.destroying.read().await;
         let Some(sb) = self.registry.remove(id) else { return false };
         let _work = self.sandbox_work.guard();
         sb.meter.finish(sb.stats().as_ref());
@@ -84,8 +87,9 @@ impl Manager {
         }
     }
 
-    /// Waits for the releases of destroyed sandboxes still under way.
+    /// Waits for the destroys and the releases of destroyed sandboxes still under way.
     async fn settle_releases(&self) {
+        drop(self.destroying.write().await);
         let mut pending = std::mem::take(&mut *lock(&self.releases));
         while let Some(r) = pending.join_next().await {
             if let Err(e) = r {
