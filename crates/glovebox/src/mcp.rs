@@ -783,6 +783,7 @@ async fn exec(c: &Client, id: &str, a: &RunCommandArgs, cap: usize) -> Result<Ex
         timeout_ms: a.timeout_ms,
         // Nothing beyond what the result can show needs to cross the wire.
         max_output_bytes: Some(cap as u64),
+        output_tail_bytes: None,
         encoding: Encoding::Utf8,
         background: false,
     };

@@ -110,6 +110,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
                 stdin_base64: stdin.map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
                 timeout_ms: Some(budget),
                 max_output_bytes: None,
+                output_tail_bytes: None,
                 encoding: Encoding::Base64,
                 background: false,
             };

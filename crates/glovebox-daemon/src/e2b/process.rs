@@ -152,6 +152,7 @@ async fn start(m: Arc<Manager>, sb: Arc<Sb>, h: &HeaderMap, req: StartRequest) -
         // No deadline: the sandbox's lifetime alone bounds the process (E2B's `timeout=0`).
         timeout_ms: Some(connect::timeout_ms(h).map_or(TimeBudget::UNBOUNDED, command_timeout)),
         max_output_bytes: Some(OUTPUT_CAP),
+        output_tail_bytes: None,
         encoding: Encoding::Utf8,
         background: true,
     };
