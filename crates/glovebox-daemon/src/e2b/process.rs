@@ -27,7 +27,8 @@ use crate::agent::{Op, Output};
 use crate::manager::{Manager, Sb};
 use crate::ops;
 
-/// Output kept (and so streamable) per stream of one process.
+/// Output kept (and so streamable) per stream of one process: the first half live, the last
+/// half (a marker of the bytes dropped between included) when the process ends.
 const OUTPUT_CAP: u64 = 16 << 20;
 
 #[derive(Deserialize, Default)]
