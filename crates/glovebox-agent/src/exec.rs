@@ -3,8 +3,10 @@
 //! Invariants:
 //! - Every command runs in its own session and its own child cgroup, so a timeout or kill
 //!   reaches every process it spawned, including ones that left the process group.
-//! - At most `max_output_bytes` per stream is kept (and sent); the rest is read and counted,
-//!   never buffered. Attaching replays what was kept, then follows live.
+//! - At most `max_output_bytes` per stream is kept (and sent): the head live, the last
+//!   `output_tail_bytes` (default half the cap) when the command ends, after a marker of the
+//!   bytes dropped between them ([`crate::capped`]); the rest is read and counted, never
+//!   buffered. Attaching replays what was kept, then follows live.
 //! - When a command's main process ends, whatever it left behind gets a short grace to
 //!   finish writing, then its cgroup is killed: a finished command leaves no process.
 //! - PID 1 reaps every child; exits of unknown (orphaned) pids are discarded.
@@ -26,6 +28,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::{oneshot, watch};
 
+use crate::capped::Capped;
 use crate::conn::{ConnError, Reader, Writer};
 
 /// Finished commands kept for `Attach`/`List` before the oldest are forgotten.
@@ -115,9 +118,7 @@ const RAW_BACKLOG: usize = 64;
 
 struct State {
     chunks: Vec<(Kind, Arc<[u8]>)>,
-    kept: [u64; 2],
-    total: [u64; 2],
-    cap: u64,
+    out: [Capped; 2],
     exit: Option<ExitStatus>,
 }
 
@@ -136,13 +137,10 @@ impl Cmd {
         let i = if kind == Kind::Stdout { 0 } else { 1 };
         {
             let mut st = lock(&self.st);
-            st.total[i] += bytes.len() as u64;
-            let room = st.cap.saturating_sub(st.kept[i]) as usize;
-            if room == 0 {
+            let keep = st.out[i].push(bytes);
+            if keep.is_empty() {
                 return;
             }
-            let keep = &bytes[..bytes.len().min(room)];
-            st.kept[i] += keep.len() as u64;
             st.chunks.push((kind, Arc::from(keep)));
         }
         self.bump();
@@ -245,6 +243,7 @@ impl Exec {
 
     fn new_cmd(&self, id: u64, pid: i32, spec: &ExecSpec, cwd: &str, cgroup_dir: Option<PathBuf>) -> Arc<Cmd> {
         let (version, _) = watch::channel(0u64);
+        let (cap, tail) = (spec.max_output_bytes, spec.output_tail_bytes.unwrap_or(spec.max_output_bytes / 2));
         Arc::new(Cmd {
             id,
             pid,
@@ -253,9 +252,7 @@ impl Exec {
             cgroup_dir,
             st: Mutex::new(State {
                 chunks: Vec::new(),
-                kept: [0, 0],
-                total: [0, 0],
-                cap: spec.max_output_bytes,
+                out: [Capped::new(cap, tail), Capped::new(cap, tail)],
                 exit: None,
             }),
             version,
@@ -588,8 +585,12 @@ impl Exec {
                 let what = if std::path::Path::new(&cwd).is_dir() { argv[0].clone() } else { format!("cwd {cwd}") };
                 let cmd = self.new_cmd(id, 0, &spec, &cwd, None);
                 cmd.push(Kind::Stderr, format!("glovebox: {what}: {e}\n").as_bytes());
-                let base = status_of(&cmd);
-                lock(&cmd.st).exit = Some(ExitStatus { id, exit_code: code, ..base });
+                {
+                    let mut st = lock(&cmd.st);
+                    end_output(&mut st);
+                    let base = status_of_state(&st, id, cmd.started);
+                    st.exit = Some(ExitStatus { id, exit_code: code, ..base });
+                }
                 lock(&self.0.cmds).insert(id, cmd.clone());
                 return Ok(cmd);
             }
@@ -691,6 +692,7 @@ impl Exec {
         };
         {
             let mut st = lock(&cmd.st);
+            end_output(&mut st);
             let base = status_of_state(&st, cmd.id, cmd.started);
             st.exit = Some(ExitStatus { exit_code, signal, timed_out, ..base });
         }
@@ -949,11 +951,6 @@ async fn futures_join(handles: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
-fn status_of(cmd: &Cmd) -> ExitStatus {
-    let st = lock(&cmd.st);
-    status_of_state(&st, cmd.id, cmd.started)
-}
-
 fn status_of_state(st: &State, id: u64, started: Instant) -> ExitStatus {
     ExitStatus {
         id,
@@ -961,11 +958,23 @@ fn status_of_state(st: &State, id: u64, started: Instant) -> ExitStatus {
         signal: None,
         timed_out: false,
         oom_killed: false,
-        stdout_truncated: st.total[0] > st.kept[0],
-        stderr_truncated: st.total[1] > st.kept[1],
-        stdout_bytes: st.total[0],
-        stderr_bytes: st.total[1],
+        stdout_truncated: st.out[0].total() > st.out[0].kept(),
+        stderr_truncated: st.out[1].total() > st.out[1].kept(),
+        stdout_bytes: st.out[0].total(),
+        stderr_bytes: st.out[1].total(),
         duration_ms: started.elapsed().as_millis() as u64,
+    }
+}
+
+/// Appends each stream's end (its tail, after the marker if bytes were dropped) to the kept
+/// output; in the same critical section as the exit status, so every reader sees the tail
+/// before `Exited`.
+fn end_output(st: &mut State) {
+    for (i, kind) in [(0, Kind::Stdout), (1, Kind::Stderr)] {
+        let end = st.out[i].finish();
+        if !end.is_empty() {
+            st.chunks.push((kind, Arc::from(end)));
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! this process reaps every orphan, runs commands, and serves file requests, one request per
 //! connection on the listening socket the jailer bound on the host side.
 
+mod capped;
 mod conn;
 mod exec;
 mod files;

@@ -11,11 +11,19 @@
 //!  write uid/gid maps
 //!  build rootfs (id-mapped)
 //!  "go" ──────────────────────▶  setresuid(0) (= range base)
-//!                                 unshare(mnt,pid,net,uts,ipc,cgroup)
+//!                                 unshare(mnt,pid,net,uts,ipc,
+//!                                         cgroup,time)
 //!                                 fork ─────────────────────▶ pivot_root, /proc, lo up,
 //!                                 report pid, exit              rlimits, close fds,
 //!  reap A, exit                                                 non-dumpable → agent
 //! ```
+//!
+//! The time namespace keeps the kernel's zero offsets (nothing is written to
+//! `timens_offsets`): the sandbox's `CLOCK_MONOTONIC` and `CLOCK_BOOTTIME` read as the host's,
+//! so timestamps in logs and the daemon's timeouts agree, while a sandbox cannot change any
+//! clock offset of another (a time namespace's offsets are fixed once a process is in it, and
+//! PID 1 enters it at its fork, before any sandbox code runs). `CLOCK_REALTIME` is never
+//! namespaced.
 //!
 //! Status lines go to fd 1 (a pipe the daemon reads): `pid N`, then `ready` or `error: …`.
 //! Any failure ends every process of the sandbox: A and G exit, the jailer kills A, and the
@@ -321,7 +329,13 @@ fn child_a(cfg: &JailConfig, go: OwnedFd, listener: UnixListener, cg: Option<(Ow
     sys::setresuid(0).ctx("setresuid")?;
     let net = if cfg.netns.is_some() { 0 } else { libc::CLONE_NEWNET };
     sys::unshare(
-        libc::CLONE_NEWNS | libc::CLONE_NEWPID | net | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | net
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWCGROUP
+            | libc::CLONE_NEWTIME,
     )
     .ctx("unshare namespaces")?;
     match sys::fork_with(0).ctx("fork pid 1")? {

@@ -42,6 +42,10 @@ pub struct ExecSpec {
     /// Cap per stream on the output kept and returned.
     #[serde(default = "default_max_output")]
     pub max_output_bytes: u64,
+    /// How much of that cap is kept from the end of the output (the marker of the bytes
+    /// dropped in between included); `None`: half the cap.
+    #[serde(default)]
+    pub output_tail_bytes: Option<u64>,
     /// Run as this uid inside the sandbox (default 0, without capabilities).
     #[serde(default)]
     pub uid: Option<u32>,
@@ -69,6 +73,7 @@ impl ExecSpec {
             stdin: false,
             timeout_ms: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT,
+            output_tail_bytes: None,
             uid: None,
             gid: None,
             background: false,

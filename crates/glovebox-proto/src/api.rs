@@ -407,9 +407,15 @@ pub struct ExecRequest {
     #[cfg_attr(feature = "schema", schemars(extend("default" = TimeBudget::DEFAULT.as_ms())))]
     #[serde(default)]
     pub timeout_ms: Option<TimeBudget>,
-    /// Cap per stream; default 1 MiB.
+    /// Cap per stream; default 1 MiB. Past it, the output's first and last parts are kept
+    /// with a marker between them, `\n[glovebox: N bytes dropped]\n`, all within the cap.
     #[serde(default)]
     pub max_output_bytes: Option<u64>,
+    /// How much of `max_output_bytes` goes to the output's end, the marker included (at
+    /// most the cap); default half the cap; 0 keeps the head only, without a marker. Streamed
+    /// output sends the head live and the marker and tail when the command ends.
+    #[serde(default)]
+    pub output_tail_bytes: Option<u64>,
     #[serde(default)]
     pub encoding: Encoding,
     /// Return at once with the command id; fetch the result later.

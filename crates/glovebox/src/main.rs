@@ -373,6 +373,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 stdin_base64: None,
                 timeout_ms: timeout.as_deref().map(units::budget).transpose()?,
                 max_output_bytes: None,
+                output_tail_bytes: None,
                 encoding: Encoding::Base64,
                 background: false,
             };

@@ -783,6 +783,7 @@ async fn exec(c: &Client, id: &str, a: &RunCommandArgs, cap: usize) -> Result<Ex
         timeout_ms: a.timeout_ms,
         // Nothing beyond what the result can show needs to cross the wire.
         max_output_bytes: Some(cap as u64),
+        output_tail_bytes: None,
         encoding: Encoding::Utf8,
         background: false,
     };
@@ -851,8 +852,10 @@ struct Block {
     text: String,
     /// Bytes the source produced (may exceed `text`).
     total: u64,
-    /// `text` is already only the start of the output.
+    /// `text` is already only part of the output.
     cut: bool,
+    /// `text` ends where the output ended (a command's): a cut here keeps its end too.
+    ends: bool,
 }
 
 struct Report {
@@ -884,8 +887,18 @@ impl Report {
     }
 
     fn block(&mut self, label: impl Into<String>, text: String, total: u64, cut: bool) {
+        self.push_block(label, text, total, cut, false);
+    }
+
+    /// A command's output: capped by the daemon to its first and last parts, and cut the
+    /// same way here if it must be.
+    fn output_block(&mut self, label: impl Into<String>, text: String, total: u64, cut: bool) {
+        self.push_block(label, text, total, cut, true);
+    }
+
+    fn push_block(&mut self, label: impl Into<String>, text: String, total: u64, cut: bool, ends: bool) {
         if !text.is_empty() || cut {
-            self.blocks.push(Block { label: label.into(), text, total, cut });
+            self.blocks.push(Block { label: label.into(), text, total, cut, ends });
         }
     }
 
@@ -902,8 +915,13 @@ impl Report {
         let overhead = out.len() + self.blocks.iter().map(|b| b.label.len() + 120).sum::<usize>();
         let shares = fair_shares(&texts.iter().map(String::len).collect::<Vec<_>>(), cap.saturating_sub(overhead));
         for ((b, text), share) in self.blocks.iter().zip(&texts).zip(shares) {
-            let shown = prefix(text, share);
-            if shown.len() < text.len() || b.cut {
+            let shown = if b.ends { head_and_tail(text, share) } else { prefix(text, share).to_string() };
+            if b.ends && (shown.len() < text.len() || b.cut) {
+                out.push_str(&format!(
+                    "{} ({} bytes; truncated, only the first and the last parts are shown):\n",
+                    b.label, b.total
+                ));
+            } else if shown.len() < text.len() || b.cut {
                 out.push_str(&format!(
                     "{} ({} bytes; truncated, only the first {} bytes are shown):\n",
                     b.label,
@@ -915,7 +933,7 @@ impl Report {
             }
             out.push_str(OPEN);
             out.push('\n');
-            out.push_str(shown);
+            out.push_str(&shown);
             if !shown.ends_with('\n') {
                 out.push('\n');
             }
@@ -968,6 +986,23 @@ fn prefix(s: &str, n: usize) -> &str {
     &s[..n]
 }
 
+/// At most `n` bytes of `s`: all of it, or its start and end around a marker of the bytes
+/// left out (as the daemon's own cap does).
+fn head_and_tail(s: &str, n: usize) -> String {
+    if s.len() <= n {
+        return s.to_string();
+    }
+    // Room for the marker (a count of up to 20 digits).
+    let room = n.saturating_sub(48);
+    let head = prefix(s, room - room / 2);
+    let mut from = s.len() - room / 2;
+    while !s.is_char_boundary(from) {
+        from += 1;
+    }
+    let tail = &s[from..];
+    format!("{head}\n[glovebox: {} bytes dropped]\n{tail}", s.len() - head.len() - tail.len())
+}
+
 /// A path or name for Glovebox's own lines: quoted, escaped, inert.
 fn quoted(s: &str) -> String {
     defuse(&format!("{s:?}"))
@@ -985,8 +1020,8 @@ fn exec_report(r: &ExecResult) -> Report {
     if r.oom_killed {
         rep.line("A process ran out of memory and was killed.");
     }
-    rep.block("stdout", r.stdout.clone(), r.stdout_bytes, r.stdout_truncated);
-    rep.block("stderr", r.stderr.clone(), r.stderr_bytes, r.stderr_truncated);
+    rep.output_block("stdout", r.stdout.clone(), r.stdout_bytes, r.stdout_truncated);
+    rep.output_block("stderr", r.stderr.clone(), r.stderr_bytes, r.stderr_truncated);
     if rep.blocks.is_empty() {
         rep.line("No output.");
     }
@@ -1249,17 +1284,24 @@ mod tests {
     #[test]
     fn output_is_capped_and_says_so() {
         let mut r = Report::says("run_command: the command exited with code 0 after 1 ms.");
-        r.block("stdout", "é".repeat(100_000), 5_000_000, true);
-        r.block("stderr", "short\n".to_string(), 6, false);
+        r.output_block("stdout", format!("{}LAST-LINE\n", "é".repeat(100_000)), 5_000_000, true);
+        r.output_block("stderr", "short\n".to_string(), 6, false);
         let v = r.render(4096);
         let text = v["content"][0]["text"].as_str().unwrap();
         assert!(text.len() <= 4096, "{} bytes", text.len());
-        assert!(text.contains("stdout (5000000 bytes; truncated"), "{text}");
+        assert!(text.contains("stdout (5000000 bytes; truncated, only the first and the last parts"), "{text}");
+        assert!(text.contains("éé\n[glovebox: ") && text.contains("LAST-LINE\n</untrusted-output>"), "{text}");
         assert!(text.contains("stderr:\n<untrusted-output>\nshort\n</untrusted-output>"), "{text}");
         assert_eq!(v["isError"], false);
         assert_eq!(fair_shares(&[10, 1000, 1000], 510), vec![10, 250, 250]);
         assert_eq!(fair_shares(&[], 10), Vec::<usize>::new());
         assert_eq!(prefix("aé", 2), "a");
+        assert_eq!(head_and_tail("short", 100), "short");
+        let s = format!("{}{}", "a".repeat(100), "b".repeat(100));
+        let cut = head_and_tail(&s, 100);
+        assert_eq!(cut, format!("{}\n[glovebox: 148 bytes dropped]\n{}", "a".repeat(26), "b".repeat(26)));
+        // A multi-byte character is never split at either end.
+        assert_eq!(head_and_tail(&"é".repeat(100), 61), "ééé\n[glovebox: 188 bytes dropped]\nééé");
     }
 
     #[test]

@@ -110,6 +110,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
                 stdin_base64: stdin.map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
                 timeout_ms: Some(budget),
                 max_output_bytes: None,
+                output_tail_bytes: None,
                 encoding: Encoding::Base64,
                 background: false,
             };
@@ -203,10 +204,16 @@ pub async fn stream_to_terminal(client: &Client, id: &str, req: &ExecRequest) ->
                 }
                 ExecStreamLine::Exited(r) => {
                     if r.stdout_truncated {
-                        eprintln!("glovebox: stdout truncated: {} bytes written, first kept", r.stdout_bytes);
+                        eprintln!(
+                            "glovebox: stdout truncated: {} bytes written, first and last parts kept",
+                            r.stdout_bytes
+                        );
                     }
                     if r.stderr_truncated {
-                        eprintln!("glovebox: stderr truncated: {} bytes written, first kept", r.stderr_bytes);
+                        eprintln!(
+                            "glovebox: stderr truncated: {} bytes written, first and last parts kept",
+                            r.stderr_bytes
+                        );
                     }
                     if r.oom_killed {
                         eprintln!("glovebox: the sandbox ran out of memory (a process was killed)");

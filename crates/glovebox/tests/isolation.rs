@@ -337,3 +337,44 @@ fn the_base_root_is_the_sandbox_disk_itself_with_the_skeleton_made_in_it() {
     assert!(!std::path::Path::new("/top").exists());
     d.shutdown_and_check_leaks();
 }
+
+/// Seconds of `CLOCK_REALTIME` and `CLOCK_MONOTONIC` as `python3` on the host reads them.
+fn host_clocks() -> (f64, f64) {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import time; print(time.time(), time.monotonic())"])
+        .output()
+        .expect("run python3 on the host");
+    let s = String::from_utf8(out.stdout).unwrap();
+    let v: Vec<f64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1])
+}
+
+#[test]
+fn the_sandbox_has_its_own_time_namespace_with_sane_clocks() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let host_ns = fs::read_link("/proc/self/ns/time").unwrap();
+    let inside = d.sh_ok(&id, "readlink /proc/self/ns/time");
+    assert!(inside.starts_with("time:["), "{inside}");
+    assert_ne!(inside.trim(), host_ns.to_str().unwrap(), "the sandbox shares the host's time namespace");
+    // One namespace per sandbox: every command of it is in the same one, another sandbox's differs.
+    assert_eq!(d.sh_ok(&id, "readlink /proc/self/ns/time"), inside);
+    let other = d.create(sandbox_body(json!({})));
+    assert_ne!(d.sh_ok(&other, "readlink /proc/self/ns/time"), inside, "two sandboxes share a time namespace");
+
+    // Zero offsets: wall and monotonic clocks read as the host's, and the monotonic one runs.
+    let probe = "import time; print(time.time(), time.monotonic()); time.sleep(0.2); print(time.monotonic())";
+    let (before_wall, before_mono) = host_clocks();
+    let out = d.exec(&id, json!({ "cmd": ["python3", "-c", probe] }));
+    let (after_wall, after_mono) = host_clocks();
+    let v: Vec<f64> = out["stdout"].as_str().unwrap().split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (wall, mono, mono2) = (v[0], v[1], v[2]);
+    assert!(wall > before_wall - 1.0 && wall < after_wall + 1.0, "wall {wall} vs host {before_wall}..{after_wall}");
+    assert!(
+        mono > before_mono - 1.0 && mono < after_mono + 1.0,
+        "monotonic {mono} vs host {before_mono}..{after_mono}"
+    );
+    assert!(mono2 - mono >= 0.2, "monotonic clock did not advance: {mono} then {mono2}");
+    d.shutdown_and_check_leaks();
+}

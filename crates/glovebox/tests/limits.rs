@@ -187,7 +187,11 @@ fn output_flood_is_capped_counted_and_bounded_in_memory() {
     let b64 = base64::engine::general_purpose::STANDARD;
     let out = b64.decode(r["stdout"].as_str().unwrap()).unwrap();
     assert_eq!(out.len(), 1 << 20, "default cap is 1 MiB");
-    assert!(out.iter().all(|b| *b == 0));
+    // Half the cap from the start, the marker, the rest from the end; every byte accounted for.
+    let (head, dropped, tail) = split_capped(&out);
+    assert_eq!(head.len(), 1 << 19);
+    assert_eq!(head.len() as u64 + dropped + tail.len() as u64, gib);
+    assert!(head.iter().chain(tail).all(|b| *b == 0));
     assert_eq!(b64.decode(r["stderr"].as_str().unwrap()).unwrap().len(), 1 << 20);
 
     // A custom cap, in UTF-8.
@@ -227,6 +231,78 @@ fn output_flood_is_capped_counted_and_bounded_in_memory() {
 
     let peak = d.peak_rss_kib();
     assert!(peak < 100 * 1024, "daemon peak RSS {peak} KiB after 3.5 GiB of output");
+    d.shutdown_and_check_leaks();
+}
+
+/// Capped output: the head, the count in the marker between head and tail, and the tail.
+fn split_capped(out: &[u8]) -> (&[u8], u64, &[u8]) {
+    const OPEN: &[u8] = b"\n[glovebox: ";
+    const CLOSE: &[u8] = b" bytes dropped]\n";
+    let at = out.windows(OPEN.len()).position(|w| w == OPEN).expect("no marker in the capped output");
+    let rest = &out[at + OPEN.len()..];
+    let end = rest.windows(CLOSE.len()).position(|w| w == CLOSE).expect("marker not closed");
+    let dropped = std::str::from_utf8(&rest[..end]).unwrap().parse().expect("dropped count");
+    (&out[..at], dropped, &rest[end + CLOSE.len()..])
+}
+
+#[test]
+fn capped_output_keeps_the_head_and_the_tail_with_the_true_dropped_count() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    let gib: u64 = 1 << 30;
+    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "yes | head -c 1073741824"], "timeout_ms": 60_000 }));
+    assert_eq!(r["exit_code"], 0, "{}", summary(&r));
+    assert_eq!((r["stdout_bytes"].as_u64(), r["stdout_truncated"].as_bool()), (Some(gib), Some(true)));
+    let out = r["stdout"].as_str().unwrap().as_bytes();
+    assert_eq!(out.len(), 1 << 20, "head, marker and tail fill the cap");
+    let (head, dropped, tail) = split_capped(out);
+    assert_eq!(head.len(), 1 << 19, "default split: half the cap is head");
+    assert_eq!(head.len() as u64 + dropped + tail.len() as u64, gib, "the marker counts every dropped byte");
+    assert!(head.starts_with(b"y\ny\n") && tail.ends_with(b"y\ny\n"), "head and tail are the output's own");
+    assert!(head.chunks(2).chain(tail.rchunks(2)).all(|c| c == b"y\n" || c == b"y" || c == b"\n"));
+
+    // The command's last line survives a flood before it, with a custom split.
+    let script = "seq 1 3000000; echo LAST-LINE";
+    let r = d.exec(
+        &id,
+        json!({ "cmd": ["sh", "-c", script], "max_output_bytes": 4096, "output_tail_bytes": 1024, "timeout_ms": 60_000 }),
+    );
+    let out = r["stdout"].as_str().unwrap();
+    assert_eq!(out.len(), 4096, "{}", summary(&r));
+    assert!(out.starts_with("1\n2\n3\n") && out.ends_with("2999999\n3000000\nLAST-LINE\n"), "{out}");
+    let (head, dropped, tail) = split_capped(out.as_bytes());
+    assert_eq!(
+        (head.len(), head.len() as u64 + dropped + tail.len() as u64),
+        (3072, r["stdout_bytes"].as_u64().unwrap())
+    );
+
+    // Streamed: the head live, then the marker and the tail before `exited`.
+    let resp = d
+        .req(Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+        .header("accept", "application/x-ndjson")
+        .json(&json!({ "cmd": ["sh", "-c", script], "max_output_bytes": 4096, "timeout_ms": 60_000 }))
+        .send()
+        .unwrap();
+    let mut streamed = String::new();
+    for l in BufReader::new(resp).lines() {
+        let v: Value = serde_json::from_str(&l.unwrap()).unwrap();
+        if v["type"] == "stdout" {
+            streamed.push_str(v["data"].as_str().unwrap());
+        }
+    }
+    assert_eq!(streamed.len(), 4096);
+    assert!(streamed.ends_with("3000000\nLAST-LINE\n") && streamed.contains(" bytes dropped]\n"), "{streamed}");
+
+    // Head only, as asked: no marker, no tail.
+    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", script], "max_output_bytes": 100, "output_tail_bytes": 0 }));
+    let seq: String = (1..100).map(|i| format!("{i}\n")).collect();
+    assert_eq!(r["stdout"].as_str(), Some(&seq[..100]), "{}", summary(&r));
+    let (st, v) = d.post(
+        &format!("/v1/sandboxes/{id}/exec"),
+        &json!({ "cmd": ["true"], "max_output_bytes": 100, "output_tail_bytes": 101 }),
+    );
+    assert_eq!(st, 400, "{v}");
     d.shutdown_and_check_leaks();
 }
 

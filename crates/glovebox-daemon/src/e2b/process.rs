@@ -27,7 +27,8 @@ use crate::agent::{Op, Output};
 use crate::manager::{Manager, Sb};
 use crate::ops;
 
-/// Output kept (and so streamable) per stream of one process.
+/// Output kept (and so streamable) per stream of one process: the first half live, the last
+/// half (a marker of the bytes dropped between included) when the process ends.
 const OUTPUT_CAP: u64 = 16 << 20;
 
 #[derive(Deserialize, Default)]
@@ -152,6 +153,7 @@ async fn start(m: Arc<Manager>, sb: Arc<Sb>, h: &HeaderMap, req: StartRequest) -
         // No deadline: the sandbox's lifetime alone bounds the process (E2B's `timeout=0`).
         timeout_ms: Some(connect::timeout_ms(h).map_or(TimeBudget::UNBOUNDED, command_timeout)),
         max_output_bytes: Some(OUTPUT_CAP),
+        output_tail_bytes: None,
         encoding: Encoding::Utf8,
         background: true,
     };

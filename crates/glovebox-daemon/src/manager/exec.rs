@@ -27,6 +27,9 @@ impl Sb {
         if max > 64 << 20 {
             return Err(Error::Invalid("max_output_bytes must be at most 67108864 (64 MiB)".into()));
         }
+        if req.output_tail_bytes.is_some_and(|t| t > max) {
+            return Err(Error::Invalid(format!("output_tail_bytes must be at most max_output_bytes ({max})")));
+        }
         // Its ceiling was checked when the request was read.
         let budget = req.timeout_ms.unwrap_or_default();
         match &req.cmd {
@@ -46,6 +49,7 @@ impl Sb {
                 stdin: stdin.is_some() || req.background,
                 timeout_ms: budget.limit().map(|_| budget.as_ms()),
                 max_output_bytes: max,
+                output_tail_bytes: req.output_tail_bytes,
                 uid,
                 gid,
                 background: req.background,
@@ -76,6 +80,7 @@ impl Manager {
             stdin_base64: None,
             timeout_ms: Some(api::TimeBudget::UNBOUNDED),
             max_output_bytes: None,
+            output_tail_bytes: None,
             encoding: api::Encoding::Utf8,
             background: true,
         };
