@@ -98,14 +98,8 @@ impl Backend for Fake {
         let (life, watch) = StdStream::pair().map_err(|e| Error::Start(format!("fake agent: {e}")))?;
         let frozen = Arc::new(AtomicBool::new(false));
         let server = rt.spawn(serve(listener, frozen.clone()));
-        let agent = Arc::new(Agent {
-            id,
-            alive: AtomicBool::new(true),
-            frozen,
-            life: Mutex::new(Some(life)),
-            watch,
-            server,
-        });
+        let agent =
+            Arc::new(Agent { id, alive: AtomicBool::new(true), frozen, life: Mutex::new(Some(life)), watch, server });
         lock(&self.booted).push(agent.clone());
         Ok(Box::new(FakeInstance { agent, slot: n, dir, socket }))
     }

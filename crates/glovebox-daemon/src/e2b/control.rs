@@ -219,6 +219,7 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         metadata: req.metadata.unwrap_or_default(),
         network,
         idle_timeout_s: None,
+        on_idle: None,
     };
     let sb = st.app.manager.create_for(&caller.tenant, create).await.map_err(cp_error)?;
     Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())

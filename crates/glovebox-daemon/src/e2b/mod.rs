@@ -144,6 +144,7 @@ impl From<Error> for RestError {
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::HibernateUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
             Error::File { code, .. } => match code {
                 C::NotFound => StatusCode::NOT_FOUND,
                 C::AlreadyExists | C::NotEmpty => StatusCode::CONFLICT,

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::fs::{self, Fs};
 use super::tree::{self, Stop};
 use super::{
-    cpu, fail_closed, freezer, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod, Limits,
-    Stats, Version, PARENT, PROCS,
+    cpu, fail_closed, freezer, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod,
+    Limits, Stats, Version, PARENT, PROCS,
 };
 
 /// The mounted hierarchies, canonical so that `cpu` and `cpuacct` symlinks to `cpu,cpuacct`
