@@ -1,7 +1,7 @@
 //! Pause and resume on the real jail: a paused sandbox's processes use no CPU (read from its
 //! cgroup), keep their memory (a shell's variable answers the same after resume), a request
-//! resumes it, and a daemon restart keeps it paused and resumable. Prints pause and resume
-//! p50 over the HTTP API.
+//! resumes it, a paused one is killed at once, the CLI pauses and resumes, and a daemon
+//! restart keeps it paused and resumable. Prints pause and resume p50 over the HTTP API.
 
 mod common;
 
@@ -137,7 +137,12 @@ fn a_paused_sandbox_is_killed_at_once() {
     let d = Daemon::start();
     let id = d.create(sandbox_body(json!({})));
     start_spinner(&d, &id);
-    pause(&d, &id);
+    // Through the CLI: `glovebox sandbox pause|resume ID` print the state.
+    for (verb, want) in [("pause", "paused"), ("resume", "running"), ("pause", "paused")] {
+        let out = common::run_bounded(d.cli().args(["sandbox", verb, &id]), None, Duration::from_secs(20));
+        assert_eq!((out.code(), out.stdout_str().trim()), (Some(0), want), "{verb}: {}", out.stderr_str());
+    }
+    assert!(frozen(&id));
     let t = Instant::now();
     let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 204);
