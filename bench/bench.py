@@ -67,6 +67,8 @@ UNSHARE = ["unshare", "--fork", "--pid", "--mount", "--net", "--uts", "--ipc", "
 # Targets from the performance issues. Each is evaluated on the measured numbers; a miss is
 # reported with its size, never hidden.
 TARGET_CED_P50_MS = 10.0
+# Pause and resume of a sandbox with a busy process (issue 22's freezer target).
+TARGET_PAUSE_P50_MS = 20.0
 TARGET_CED_VS_BWRAP = 1.5
 TARGET_POOL_CREATE_P50_MS = 2.0
 TARGET_EXEC_P50_MS = 2.0
@@ -364,6 +366,28 @@ def ced_step(api, prefix, pool_want=None):
             out[f"{prefix}.refill"] = (api.wait_warm(pool_want, 30) - t1) / 1e6
         return out
     return step
+
+
+class PausedSandbox:
+    """One sandbox with a busy process, paused and resumed (the cgroup freezer) over the API."""
+
+    def __init__(self, api):
+        self.live = LiveSandbox(api)
+
+    def setup(self):
+        self.live.setup()
+        body = {"cmd": ["sh", "-c", "while :; do :; done"], "background": True, "timeout_ms": 0}
+        self.live.api.expect_json("POST", f"/v1/sandboxes/{self.live.sid}/exec", body, 202)
+
+    def step(self, _i):
+        base = f"/v1/sandboxes/{self.live.sid}"
+        t0 = time.perf_counter_ns()
+        if self.live.api.expect_json("POST", f"{base}/pause", None, 200).get("state") != "paused":
+            raise BenchError("pause did not answer state paused")
+        t1 = time.perf_counter_ns()
+        if self.live.api.expect_json("POST", f"{base}/resume", None, 200).get("state") != "running":
+            raise BenchError("resume did not answer state running")
+        return {"api.pause": (t1 - t0) / 1e6, "api.resume": ms_since(t1)}
 
 
 class LiveSandbox:
@@ -1344,6 +1368,8 @@ def evaluate_targets(results):
                 f"{r:.2f}x", r <= TARGET_CED_VS_BWRAP)
     ms_target("create, warm pool 2,", "pool.create", TARGET_POOL_CREATE_P50_MS)
     ms_target("exec round trip", "api.exec_roundtrip", TARGET_EXEC_P50_MS)
+    ms_target("pause (freezer)", "api.pause", TARGET_PAUSE_P50_MS)
+    ms_target("resume (freezer)", "api.resume", TARGET_PAUSE_P50_MS)
     ms_target("run_code 1+1 round trip (warm context)", "api.run_code", TARGET_RUN_CODE_P50_MS)
     ms_target("code-interpreter create -> first plot result (warm pool)", "code.plot_first_result", TARGET_PLOT_P50_MS)
     for key, r in results.get("load", {}).items():
@@ -1460,6 +1486,8 @@ def main():
         add("api.exec_roundtrip", n, a.warmup, live_sb.step, live_sb.setup, live_sb.teardown)
         code_sb = LiveSandbox(api.clone(), code=True)
         add("api.run_code", n, a.warmup, code_sb.step, code_sb.setup, code_sb.teardown)
+        paused = PausedSandbox(api.clone())
+        add("api.pause_resume", n, a.warmup, paused.step, paused.setup, paused.live.teardown)
         # Its own group: interleaved with the others, the gaps would not be quiet.
         idle = AfterIdle(api.clone())
         add("api.exec_after_idle", max(15, n // 2), min(a.warmup, 5), idle.step, idle.live.setup,

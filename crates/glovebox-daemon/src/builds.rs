@@ -424,6 +424,7 @@ fn build_request(req: &BuildTemplate, network: bool) -> CreateSandbox {
         env: BTreeMap::new(),
         metadata: BTreeMap::new(),
         idle_timeout_s: None,
+        on_idle: None,
         network: NetworkPolicy {
             mode: if network { NetworkMode::AllowAll } else { NetworkMode::DenyAll },
             allow: Vec::new(),

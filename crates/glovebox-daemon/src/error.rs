@@ -35,6 +35,9 @@ pub enum Error {
     /// The agent broke protocol or vanished mid-request.
     #[error("sandbox agent: {0}")]
     Agent(String),
+    /// Hibernation asked for on a host that cannot checkpoint processes (the reason why).
+    #[error("hibernate is not available on this host: {0}")]
+    HibernateUnavailable(String),
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -74,6 +77,7 @@ impl Error {
                 AgentCode::Protocol | AgentCode::Io => ErrorCode::AgentError,
             },
             Error::Agent(_) => ErrorCode::AgentError,
+            Error::HibernateUnavailable(_) => ErrorCode::HibernateUnavailable,
             Error::Internal(_) => ErrorCode::Internal,
         }
     }

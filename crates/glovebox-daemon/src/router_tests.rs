@@ -99,3 +99,41 @@ async fn bad_create_is_400_and_unknown_is_404() {
     assert_eq!((status, v["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("sandbox_not_found")));
     assert_eq!(f.m.live_count(), 0);
 }
+
+#[tokio::test]
+async fn pause_resume_and_auto_resume() {
+    let f = fixture();
+    let id = create(&f, json!({})).await;
+    for _ in 0..2 {
+        let (status, v) = call(&f, Method::POST, &format!("/v1/sandboxes/{id}/pause"), None).await;
+        assert_eq!((status, v["state"].as_str()), (StatusCode::OK, Some("paused")), "{v}");
+    }
+    let (_, v) = call(&f, Method::GET, &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(v["state"].as_str(), Some("paused"), "a view does not resume");
+    let (status, _) = call(&f, Method::GET, &format!("/v1/sandboxes/{id}/metrics"), None).await;
+    assert_eq!(status, StatusCode::OK, "metrics answer while paused");
+    let (_, v) = call(&f, Method::GET, "/v1/sandboxes", None).await;
+    assert_eq!(v["sandboxes"][0]["state"].as_str(), Some("paused"));
+    // A request that reaches its processes resumes it first (the fake's frozen agent answers
+    // nothing, so the command runs only if it was resumed).
+    let (status, v) =
+        call(&f, Method::POST, &format!("/v1/sandboxes/{id}/exec"), Some(json!({"cmd": ["echo", "hi"]}))).await;
+    assert_eq!((status, v["stdout"].as_str()), (StatusCode::OK, Some("hi\n")), "{v}");
+    let (_, v) = call(&f, Method::GET, &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(v["state"].as_str(), Some("running"));
+    call(&f, Method::POST, &format!("/v1/sandboxes/{id}/pause"), None).await;
+    for _ in 0..2 {
+        let (status, v) = call(&f, Method::POST, &format!("/v1/sandboxes/{id}/resume"), None).await;
+        assert_eq!((status, v["state"].as_str()), (StatusCode::OK, Some("running")), "{v}");
+    }
+    let (status, v) = call(&f, Method::POST, "/v1/sandboxes/nope/pause", None).await;
+    assert_eq!((status, v["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("sandbox_not_found")));
+}
+
+#[tokio::test]
+async fn hibernate_is_501_hibernate_unavailable() {
+    let f = fixture();
+    let (status, v) = call(&f, Method::POST, "/v1/sandboxes", Some(json!({"on_idle": "hibernate"}))).await;
+    assert_eq!((status, v["error"]["code"].as_str()), (StatusCode::NOT_IMPLEMENTED, Some("hibernate_unavailable")));
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("not available on this host: ")), "{v}");
+}

@@ -127,6 +127,13 @@ pub struct SandboxConfig {
     /// above it is the sandbox's, across daemon restarts).
     #[serde(default)]
     pub cpu_base_usec: Option<u64>,
+    /// What its idle clock does (`kill` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_idle: Option<glovebox_proto::api::OnIdle>,
+    /// Set while it is paused: the lifetime it had left, in milliseconds (its clock is
+    /// stopped; a restart adopts it paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_left_ms: Option<u64>,
 }
 
 /// Lifecycle state as stored.
@@ -718,6 +725,7 @@ mod tests {
                 preload: None,
                 tenant: Some("acme".into()),
                 cpu_base_usec: Some(1234),
+                ..SandboxConfig::default()
             },
             created_at: from_ms(1_000),
             deadline: from_ms(301_000),

@@ -146,10 +146,11 @@ pub const OPS: &[Op] = &[
         tag: "sandboxes",
         summary: "Create a sandbox",
         description: "All fields are optional. Bounds: `timeout_s` 1–86400; `cpus` 0.01–64; `memory_mb` \
-                      16–262144; `disk_mb` 1–1048576; `pids` 8–65536.",
+                      16–262144; `disk_mb` 1–1048576; `pids` 8–65536. `on_idle` `hibernate` is \
+                      answered 501 `hibernate_unavailable` on hosts that cannot checkpoint processes.",
         body: Body::Json("CreateSandbox"),
         replies: &[reply(201, "The new sandbox.", Body::Json("Sandbox"))],
-        errors: &[400, 401, 404, 413, 415, 429, 500, 503],
+        errors: &[400, 401, 404, 413, 415, 429, 500, 501, 503],
         ..OP
     },
     Op {
@@ -202,6 +203,33 @@ pub const OPS: &[Op] = &[
         body: Body::Json("SetTimeout"),
         replies: &[reply(200, "The sandbox with its new deadline.", Body::Json("Sandbox"))],
         errors: SB_JSON,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/pause",
+        id: "pauseSandbox",
+        tag: "sandboxes",
+        summary: "Pause a sandbox",
+        description: "Freezes every process where it stands (its memory stays) and stops its lifetime and \
+                      idle clocks, keeping the lifetime it had left. Idempotent. Any request that reaches \
+                      its processes (exec, commands, files, code, contexts, keepalive) resumes it first.",
+        params: &[ID],
+        replies: &[reply(200, "The sandbox, `state` `paused`.", Body::Json("Sandbox"))],
+        errors: &[401, 404, 409, 410, 500],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/resume",
+        id: "resumeSandbox",
+        tag: "sandboxes",
+        summary: "Resume a paused sandbox",
+        description: "Thaws its processes and restarts its lifetime clock with the time it had left when \
+                      paused. Idempotent.",
+        params: &[ID],
+        replies: &[reply(200, "The sandbox, `state` `running`.", Body::Json("Sandbox"))],
+        errors: SB,
         ..OP
     },
     Op {
@@ -763,13 +791,14 @@ pub const ERRORS: &[(u16, &str, &str)] = &[
     (401, "Unauthorized", "`unauthorized`: missing or wrong API key."),
     (403, "Forbidden", "`permission_denied`: the sandbox's own permissions refuse the file operation; or `forbidden`: the route needs the admin API key."),
     (404, "NotFound", "`sandbox_not_found`, `template_not_found`, `command_not_found`, `context_not_found`, `file_not_found` or `not_found`."),
-    (409, "Conflict", "`conflict` (e.g. a command still running), `file_exists` or `directory_not_empty`."),
+    (409, "Conflict", "`conflict` (e.g. a command still running, a sandbox that cannot be paused), `file_exists` or `directory_not_empty`."),
     (410, "Gone", "`sandbox_gone`: the sandbox ended; `reason` is `timeout`, `killed`, `oom`, `error` or `daemon_restart`."),
     (413, "PayloadTooLarge", "`invalid_request`: the JSON body is over 16 MiB (use the file API for more)."),
     (415, "UnsupportedMediaType", "`invalid_request`: the body is not `application/json`."),
     (429, "TooManyRequests", "`quota_exceeded`: the tenant's quota (the message names it) would be exceeded."),
     (422, "BuildFailed", "`build_failed`: a template build step failed (the message names the step, its exit code and output tail)."),
     (500, "InternalError", "`start_failed` or `internal`; details are in the daemon's log."),
+    (501, "NotImplemented", "`hibernate_unavailable`: hibernation is not available on this host (the message says why)."),
     (502, "BadGateway", "`agent_error`: the sandbox's agent misbehaved or vanished mid-request."),
     (503, "Unavailable", "`unavailable`: a host resource the request needs is missing or used up."),
     (507, "InsufficientStorage", "`disk_full`: the sandbox's disk budget is used up."),

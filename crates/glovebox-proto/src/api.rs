@@ -236,6 +236,24 @@ pub struct CreateSandbox {
     /// Absent: no idle stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_s: Option<u64>,
+    /// What the idle clock does at `idle_timeout_s`: `kill` (the default) or `pause`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_idle: Option<OnIdle>,
+}
+
+/// What the idle clock does to an idle sandbox.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum OnIdle {
+    /// Stop it (reason `idle`).
+    #[default]
+    Kill,
+    /// Pause it (its processes frozen, its memory kept); any request resumes it.
+    Pause,
+    /// Write its memory to disk and free it; answered `hibernate_unavailable` where the host
+    /// cannot checkpoint processes.
+    Hibernate,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -244,6 +262,8 @@ pub struct CreateSandbox {
 pub enum SandboxState {
     Starting,
     Running,
+    /// Its processes are frozen and its clocks stopped; any request on it resumes it.
+    Paused,
     /// Ended on request or by one of its clocks (`killed`, `timeout`, `idle`).
     Stopped,
     /// Ended by a failure (`oom`, `error`, `daemon_restart`).
@@ -255,6 +275,7 @@ impl SandboxState {
         match self {
             SandboxState::Starting => "starting",
             SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
             SandboxState::Stopped => "stopped",
             SandboxState::Killed => "killed",
         }
@@ -351,7 +372,8 @@ pub struct Sandbox {
     pub state: SandboxState,
     /// RFC 3339 UTC.
     pub created_at: String,
-    /// When the lifetime clock will destroy it (RFC 3339 UTC).
+    /// When the lifetime clock will destroy it (RFC 3339 UTC); while paused, when it would if
+    /// resumed now (a paused sandbox's clock is stopped).
     pub expires_at: String,
     pub limits: Limits,
     pub metadata: BTreeMap<String, String>,
@@ -360,6 +382,9 @@ pub struct Sandbox {
     pub end_reason: Option<EndReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout_s: Option<u64>,
+    /// Present when the idle clock pauses rather than kills.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_idle: Option<OnIdle>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -573,13 +598,16 @@ pub enum ErrorCode {
     SpawnFailed,
     /// The sandbox's agent broke protocol or vanished mid-request (502).
     AgentError,
+    /// Hibernation (checkpointing a sandbox's processes to disk) is not available on this
+    /// host (501); the message says why.
+    HibernateUnavailable,
     /// A fault of the daemon; details are in its log (500).
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in the order of the enum.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
@@ -605,6 +633,7 @@ impl ErrorCode {
         ErrorCode::DiskFull,
         ErrorCode::SpawnFailed,
         ErrorCode::AgentError,
+        ErrorCode::HibernateUnavailable,
         ErrorCode::Internal,
     ];
 
@@ -636,6 +665,7 @@ impl ErrorCode {
             ErrorCode::DiskFull => "disk_full",
             ErrorCode::SpawnFailed => "spawn_failed",
             ErrorCode::AgentError => "agent_error",
+            ErrorCode::HibernateUnavailable => "hibernate_unavailable",
             ErrorCode::Internal => "internal",
         }
     }

@@ -157,6 +157,9 @@ enum SandboxCmd {
         /// Stop after this long without activity, e.g. 5m (default: never).
         #[arg(long)]
         idle_timeout: Option<String>,
+        /// What the idle timeout does: kill (default) or pause.
+        #[arg(long, value_name = "kill|pause")]
+        on_idle: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -204,6 +207,11 @@ enum SandboxCmd {
     },
     /// Destroy a sandbox.
     Kill { id: String },
+    /// Pause a sandbox: its processes frozen, its lifetime clock stopped (any request on it
+    /// resumes it).
+    Pause { id: String },
+    /// Resume a paused sandbox.
+    Resume { id: String },
 }
 
 #[derive(Subcommand)]
@@ -332,7 +340,11 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
     let client = remote()?;
     match c {
-        SandboxCmd::Create { template, timeout, idle_timeout, limits, net, env, metadata } => {
+        SandboxCmd::Create { template, timeout, idle_timeout, on_idle, limits, net, env, metadata } => {
+            let on_idle = on_idle
+                .map(|o| serde_json::from_value(serde_json::Value::String(o)))
+                .transpose()
+                .map_err(|_| anyhow::anyhow!("--on-idle must be kill, pause or hibernate"))?;
             let req = CreateSandbox {
                 template,
                 network: net.policy()?,
@@ -341,6 +353,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 env: kv(&env, "--env")?,
                 metadata: kv(&metadata, "--metadata")?,
                 idle_timeout_s: idle_timeout.as_deref().map(units::duration_s).transpose()?,
+                on_idle,
             };
             let sb = client.create(&req).await?;
             println!("{}", sb.id);
@@ -399,6 +412,14 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
             return run::code_to_terminal(&client, &id, &req).await;
         }
         SandboxCmd::Kill { id } => client.kill(&id).await?,
+        SandboxCmd::Pause { id } => {
+            let sb: api::Sandbox = client.json(client.req(Method::POST, &format!("/v1/sandboxes/{id}/pause"))).await?;
+            println!("{}", sb.state.as_str());
+        }
+        SandboxCmd::Resume { id } => {
+            let sb: api::Sandbox = client.json(client.req(Method::POST, &format!("/v1/sandboxes/{id}/resume"))).await?;
+            println!("{}", sb.state.as_str());
+        }
     }
     Ok(0)
 }

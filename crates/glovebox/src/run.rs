@@ -85,6 +85,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         metadata: Default::default(),
         network: a.net.policy()?,
         idle_timeout_s: None,
+        on_idle: None,
     };
     let result = async {
         let sb = client.create(&req).await?;

@@ -125,3 +125,31 @@ def test_idle_timeout_usage_and_events(daemon):
         assert sb.usage()["ended_at"], "usage stays readable after the end"
     finally:
         sb.kill()
+
+
+def test_pause_stops_the_clock_and_requests_resume(daemon):
+    sb = Sandbox.create(timeout=2)
+    try:
+        sb.commands.run("echo kept > /tmp/state")
+        assert sb.pause().state == "paused"
+        assert sb.pause().state == "paused", "pause is idempotent"
+        time.sleep(2.5)  # past its lifetime: paused, it stays
+        assert sb.info().state == "paused"
+        assert sb.resume().state == "running"
+        sb.pause()
+        assert sb.commands.run("cat /tmp/state").stdout == "kept\n"
+        assert sb.info().state == "running", "a command resumed it"
+    finally:
+        sb.kill()
+
+
+def test_on_idle_pause_and_hibernate_refused(daemon):
+    sb = Sandbox.create(idle_timeout=1, on_idle="pause")
+    try:
+        time.sleep(2.5)  # no request meanwhile: every request on it counts as activity
+        assert sb.info().state == "paused"
+    finally:
+        sb.kill()
+    with pytest.raises(glovebox.NotSupportedError) as e:
+        Sandbox.create(idle_timeout=1, on_idle="hibernate")
+    assert e.value.code == "hibernate_unavailable" and e.value.status == 501

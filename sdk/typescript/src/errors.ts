@@ -118,6 +118,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   build_failed: GloveboxError,
   disk_full: GloveboxError,
   agent_error: GloveboxError,
+  hibernate_unavailable: NotSupportedError,
   internal: GloveboxError,
 };
 

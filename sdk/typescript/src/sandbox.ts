@@ -31,6 +31,10 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   /** Labels, filterable with `Sandbox.list({metadata})`. */
   metadata?: Record<string, string>;
   network?: NetworkPolicy;
+  /** Stop (or pause, see `onIdle`) after this long without activity (whole seconds, rounded up). */
+  idleTimeoutMs?: number;
+  /** What the idle timeout does: `"kill"` (default) or `"pause"`. */
+  onIdle?: "kill" | "pause" | "hibernate";
   signal?: AbortSignal;
 }
 
@@ -159,6 +163,8 @@ export class Sandbox {
     if (options.env !== undefined) body["env"] = options.env;
     if (options.metadata !== undefined) body["metadata"] = options.metadata;
     if (options.network !== undefined) body["network"] = options.network;
+    if (options.idleTimeoutMs !== undefined) body["idle_timeout_s"] = seconds(options.idleTimeoutMs);
+    if (options.onIdle !== undefined) body["on_idle"] = options.onIdle;
     const w = await api.json<WireSandbox>("POST", "/v1/sandboxes", { json: body, signal: options.signal });
     return new Sandbox(api, w.id);
   }
@@ -211,6 +217,19 @@ export class Sandbox {
     return fromWire(
       await this.#api.json<WireSandbox>("POST", `${this.#base}/timeout`, { json: { timeout_s: seconds(ms) } }),
     );
+  }
+
+  /**
+   * Pauses the sandbox: its processes frozen (memory kept), its clocks stopped with the
+   * lifetime left kept. Idempotent. Any command, file or code call resumes it.
+   */
+  async pause(): Promise<SandboxInfo> {
+    return fromWire(await this.#api.json<WireSandbox>("POST", `${this.#base}/pause`));
+  }
+
+  /** Resumes a paused sandbox (its lifetime clock restarts with what was left). Idempotent. */
+  async resume(): Promise<SandboxInfo> {
+    return fromWire(await this.#api.json<WireSandbox>("POST", `${this.#base}/resume`));
   }
 
   /** Destroys the sandbox and everything in it; `false` if it had already ended. */

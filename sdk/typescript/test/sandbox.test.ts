@@ -113,6 +113,30 @@ describe("sandbox lifecycle", () => {
     });
   });
 
+  it("pause stops the lifetime clock, resume and commands resume it", async () => {
+    await Sandbox.with({ timeoutMs: 2000 }, async (sb) => {
+      await sb.commands.run("echo kept > /tmp/state");
+      assert.equal((await sb.pause()).state, "paused");
+      assert.equal((await sb.pause()).state, "paused", "pause is idempotent");
+      await new Promise((r) => setTimeout(r, 2500)); // past its lifetime: paused, it stays
+      assert.equal((await sb.info()).state, "paused");
+      assert.equal((await sb.resume()).state, "running");
+      await sb.pause();
+      const r = await sb.commands.run("cat /tmp/state");
+      assert.equal(r.stdout, "kept\n");
+      assert.equal((await sb.info()).state, "running", "a command resumed it");
+    });
+  });
+
+  it("onIdle pause pauses an idle sandbox; hibernate is not supported here", async () => {
+    await Sandbox.with({ idleTimeoutMs: 1000, onIdle: "pause" }, async (sb) => {
+      // No request meanwhile: every request on it counts as activity.
+      await new Promise((r) => setTimeout(r, 2500));
+      assert.equal((await sb.info()).state, "paused");
+    });
+    await assert.rejects(Sandbox.create({ idleTimeoutMs: 1000, onIdle: "hibernate" }), NotSupportedError);
+  });
+
   it("a sandbox whose lifetime ends reports reason timeout", async () => {
     const sb = await Sandbox.create({ timeoutMs: 1000 });
     const deadline = Date.now() + 10_000;

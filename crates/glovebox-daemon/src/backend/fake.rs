@@ -2,7 +2,7 @@
 //! a task serving a small scripted agent on a unix socket in a temporary directory, so the
 //! manager's real agent calls run against it: `echo` prints its arguments, `sleep` runs
 //! into the command's time budget (reported as the agent reports a timeout), anything
-//! else exits 0.
+//! else exits 0. A frozen sandbox's agent answers nothing (its connections are dropped).
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream as StdStream;
@@ -43,6 +43,8 @@ impl Fake {
 pub(crate) struct Agent {
     id: String,
     alive: AtomicBool,
+    /// Set while the sandbox is frozen: the agent answers nothing.
+    frozen: Arc<AtomicBool>,
     /// Our end of a socket pair whose other end turns readable when this end is dropped:
     /// the exit signal the manager's death watch waits on.
     life: Mutex<Option<StdStream>>,
@@ -57,6 +59,10 @@ impl Agent {
 
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Acquire)
     }
 
     /// Ends the agent as a crash would: its socket stops answering, its exit is seen.
@@ -90,8 +96,10 @@ impl Backend for Fake {
             tokio::net::UnixListener::from_std(listener).map_err(|e| Error::Start(format!("fake agent: {e}")))?
         };
         let (life, watch) = StdStream::pair().map_err(|e| Error::Start(format!("fake agent: {e}")))?;
-        let server = rt.spawn(serve(listener));
-        let agent = Arc::new(Agent { id, alive: AtomicBool::new(true), life: Mutex::new(Some(life)), watch, server });
+        let frozen = Arc::new(AtomicBool::new(false));
+        let server = rt.spawn(serve(listener, frozen.clone()));
+        let agent =
+            Arc::new(Agent { id, alive: AtomicBool::new(true), frozen, life: Mutex::new(Some(life)), watch, server });
         lock(&self.booted).push(agent.clone());
         Ok(Box::new(FakeInstance { agent, slot: n, dir, socket }))
     }
@@ -173,6 +181,16 @@ impl Instance for FakeInstance {
         Ok(())
     }
 
+    fn freeze(&self) -> Result<()> {
+        self.agent.frozen.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn thaw(&self) -> Result<()> {
+        self.agent.frozen.store(false, Ordering::Release);
+        Ok(())
+    }
+
     fn kill(&self) -> bool {
         self.agent.die();
         true
@@ -183,10 +201,13 @@ impl Instance for FakeInstance {
     }
 }
 
-/// Serves the scripted agent until aborted.
-async fn serve(listener: tokio::net::UnixListener) {
+/// Serves the scripted agent until aborted; drops every connection while `frozen`.
+async fn serve(listener: tokio::net::UnixListener, frozen: Arc<AtomicBool>) {
     let mut next_cmd = 0u64;
     while let Ok((s, _)) = listener.accept().await {
+        if frozen.load(Ordering::Acquire) {
+            continue;
+        }
         next_cmd += 1;
         let (r, w) = split(s);
         tokio::spawn(answer(r, w, next_cmd));

@@ -76,6 +76,14 @@ impl Instance for Jailed {
         self.cgroup.set_background(background).map_err(|e| Error::Start(format!("cgroup: {e}")))
     }
 
+    fn freeze(&self) -> Result<()> {
+        self.cgroup.freeze().map_err(|e| Error::Internal(format!("freeze sandbox {}: {e}", self.id)))
+    }
+
+    fn thaw(&self) -> Result<()> {
+        self.cgroup.thaw().map_err(|e| Error::Internal(format!("thaw sandbox {}: {e}", self.id)))
+    }
+
     /// Killing PID 1 of its pid namespace makes the kernel kill every other process in it,
     /// and PID 1's exit completes only once they are all gone, so its exit is the proof:
     /// reaped when it is our child, its pidfd readable when it is not (adopted after a
@@ -84,6 +92,9 @@ impl Instance for Jailed {
         use rustix::process::{pidfd_send_signal, waitid, Signal, WaitId, WaitIdOptions};
         let Some(fd) = &self.pidfd else { return false };
         let _ = pidfd_send_signal(fd, Signal::KILL);
+        // A frozen (paused) sandbox dies only once it runs again (v1 freezer): thawed after
+        // the signal, no process runs another instruction of its own.
+        let _ = self.cgroup.thaw();
         if waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED).is_ok() {
             return true;
         }

@@ -61,7 +61,11 @@ pub trait Instance: Send + Sync {
     fn set_limits(&self, limits: &Limits) -> Result<()>;
     /// Lowest (`true`) or normal CPU weight.
     fn set_background(&self, background: bool) -> Result<()>;
-    /// Kills everything in the sandbox and waits (bounded) for it to be gone; false when it
+    /// Stops every process of the sandbox where it stands (pause); its memory stays.
+    fn freeze(&self) -> Result<()>;
+    /// Lets a frozen sandbox run again (resume); a no-op on one not frozen.
+    fn thaw(&self) -> Result<()>;
+    /// Kills everything in the sandbox (frozen or not) and waits (bounded) for it to be gone; false when it
     /// was not seen gone, and [`Instance::release`] must end the rest. Blocking.
     fn kill(&self) -> bool;
     /// Removes what a killed sandbox leaves on the host. Blocking.

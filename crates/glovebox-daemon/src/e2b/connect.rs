@@ -99,6 +99,7 @@ impl From<Error> for RpcError {
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => Code::NotFound,
             Error::Conflict(_) => Code::FailedPrecondition,
             Error::Unavailable(_) | Error::Quota(_) => Code::ResourceExhausted,
+            Error::HibernateUnavailable(_) => Code::Unimplemented,
             Error::File { code, .. } => match code {
                 C::NotFound => Code::NotFound,
                 C::AlreadyExists => Code::AlreadyExists,

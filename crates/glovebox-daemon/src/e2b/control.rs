@@ -33,8 +33,8 @@ pub fn routes() -> Router<E2b> {
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/network", put(set_network))
         .route("/sandboxes/{id}/metrics", get(metrics))
-        .route("/sandboxes/{id}/pause", post(unsupported))
-        .route("/sandboxes/{id}/resume", post(unsupported))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/fork", post(unsupported))
         .route("/sandboxes/{id}/snapshots", post(unsupported))
         .route("/sandboxes/{id}/refreshes", post(unsupported))
@@ -193,7 +193,7 @@ fn listed(s: &Sandbox) -> Value {
         "memoryMB": s.limits.memory_mb,
         "diskSizeMB": s.limits.disk_mb,
         "metadata": s.metadata,
-        "state": "running",
+        "state": s.state.as_str(),
         "envdVersion": ENVD_VERSION,
     })
 }
@@ -201,9 +201,6 @@ fn listed(s: &Sandbox) -> Value {
 async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Response, RestError> {
     let caller = check_api_key(&st, &h)?;
     let req: NewSandbox = body(&b)?;
-    if req.auto_pause == Some(true) {
-        return Err(RestError::new(StatusCode::BAD_REQUEST, "pausing sandboxes is not supported by Glovebox"));
-    }
     if req.mcp.as_ref().is_some_and(|m| !m.is_null()) {
         return Err(RestError::new(StatusCode::BAD_REQUEST, "MCP gateways are not supported by Glovebox"));
     }
@@ -211,14 +208,19 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         return Err(RestError::new(StatusCode::BAD_REQUEST, "volumes are not supported by Glovebox"));
     }
     let network = policy(req.allow_internet_access, req.network.as_ref())?;
+    let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_S);
+    // autoPause: at the end of `timeout` without activity the sandbox is paused, not killed
+    // (its lifetime is then the longest there is).
+    let auto_pause = req.auto_pause == Some(true);
     let create = CreateSandbox {
         template: Some(template_name(&req.template_id).to_string()),
-        timeout_s: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S)),
+        timeout_s: Some(if auto_pause { glovebox_proto::api::MAX_TIMEOUT_S } else { timeout }),
         resources: Default::default(),
         env: req.env_vars.unwrap_or_default(),
         metadata: req.metadata.unwrap_or_default(),
         network,
-        idle_timeout_s: None,
+        idle_timeout_s: auto_pause.then_some(timeout),
+        on_idle: auto_pause.then_some(glovebox_proto::api::OnIdle::Pause),
     };
     let sb = st.app.manager.create_for(&caller.tenant, create).await.map_err(cp_error)?;
     Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())
@@ -266,7 +268,7 @@ async fn list(
 ) -> Result<Response, RestError> {
     let caller = check_api_key(&st, &h)?;
     let filters = q.get("metadata").map(|m| metadata_filter(m)).unwrap_or_default();
-    let states_ok = q.get("state").is_none_or(|s| s.split(',').any(|s| s.trim() == "running"));
+    let states: Option<Vec<&str>> = q.get("state").map(|s| s.split(',').map(str::trim).collect());
     let template = q.get("template").map(|t| template_name(t).to_string());
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
     let mut out: Vec<Value> = st
@@ -274,7 +276,7 @@ async fn list(
         .manager
         .list_for(&caller)
         .iter()
-        .filter(|_| states_ok)
+        .filter(|s| states.as_ref().is_none_or(|w| w.contains(&s.state.as_str())))
         .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
         .filter(|s| template.as_ref().is_none_or(|t| &s.template == t))
         .take(limit)
@@ -324,20 +326,53 @@ async fn set_timeout(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `connect`: the sandbox's connection details; a `timeout` longer than what is left
-/// extends its life (never shortens it, as in E2B).
-async fn connect(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
+/// `pause`: freezes the sandbox (204); one already paused answers 409, as E2B's does (its
+/// SDKs read that as "already paused"). The body's snapshot options do not apply: a pause
+/// here always keeps the memory.
+async fn pause(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
     caller_for(&st, &h, &id)?;
-    let t: Timeout = body(&b)?;
-    let mut s = st.app.manager.get(&id).map_err(cp_error)?.view();
+    let sb = st.app.manager.get(&id).map_err(cp_error)?;
+    let m = st.app.manager.clone();
+    let paused = tokio::task::spawn_blocking(move || m.pause_sb(&sb))
+        .await
+        .map_err(|e| RestError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("pause: {e}")))?
+        .map_err(cp_error)?;
+    if !paused {
+        return Err(RestError::new(StatusCode::CONFLICT, format!("sandbox {id} is already paused")));
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `resume` (E2B's older call; `connect` does the same): resumes a paused sandbox and
+/// answers its connection details (201).
+async fn resume(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
+    let (s, _) = wake(&st, &h, &id, &b)?;
+    Ok((StatusCode::CREATED, axum::Json(created(&st, &s))).into_response())
+}
+
+/// `connect`: the sandbox's connection details, resuming it if it was paused (201, else
+/// 200); a `timeout` longer than what is left extends its life (never shortens it, as in E2B).
+async fn connect(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
+    let (s, resumed) = wake(&st, &h, &id, &b)?;
+    let status = if resumed { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, axum::Json(created(&st, &s))).into_response())
+}
+
+/// Resumes the sandbox `id` if paused (whether it was) and applies the body's `timeout`.
+fn wake(st: &E2b, h: &HeaderMap, id: &str, b: &Bytes) -> Result<(Sandbox, bool), RestError> {
+    caller_for(st, h, id)?;
+    let t: Timeout = body(b)?;
+    let sb = st.app.manager.get(id).map_err(cp_error)?;
+    let resumed = st.app.manager.resume_sb(&sb).map_err(cp_error)?;
+    let mut s = sb.view();
     if let Some(secs) = t.timeout {
         let wanted = rfc3339(std::time::SystemTime::now() + std::time::Duration::from_secs(secs));
         // Same format, so the strings order like the instants.
         if wanted > s.expires_at {
-            s = st.app.manager.set_timeout(&id, secs).map_err(cp_error)?.view();
+            s = st.app.manager.set_timeout(id, secs).map_err(cp_error)?.view();
         }
     }
-    Ok(axum::Json(created(&st, &s)).into_response())
+    Ok((s, resumed))
 }
 
 async fn set_network(
@@ -375,7 +410,7 @@ async fn metrics(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) ->
 
 async fn unsupported(State(st): State<E2b>, h: HeaderMap) -> Result<Response, RestError> {
     check_api_key(&st, &h)?;
-    Err(RestError::new(StatusCode::NOT_IMPLEMENTED, "pause, resume, fork and snapshots are not supported by Glovebox"))
+    Err(RestError::new(StatusCode::NOT_IMPLEMENTED, "fork and snapshots are not supported by Glovebox"))
 }
 
 #[cfg(test)]

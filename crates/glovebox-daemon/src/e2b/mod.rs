@@ -144,6 +144,7 @@ impl From<Error> for RestError {
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::HibernateUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
             Error::File { code, .. } => match code {
                 C::NotFound => StatusCode::NOT_FOUND,
                 C::AlreadyExists | C::NotEmpty => StatusCode::CONFLICT,
@@ -176,7 +177,8 @@ fn check_api_key(st: &E2b, h: &HeaderMap) -> Result<Caller, RestError> {
     }
 }
 
-/// A request to a sandbox's port `PORT`: the live sandbox, after the token check.
+/// A request to a sandbox's port `PORT`: the live sandbox, after the token check (resumed
+/// if it was paused).
 pub struct At<const PORT: u16>(pub Arc<Sb>);
 
 impl<const PORT: u16> FromRequestParts<E2b> for At<PORT> {
@@ -197,6 +199,8 @@ impl<const PORT: u16> FromRequestParts<E2b> for At<PORT> {
             ));
         }
         check_sandbox_token(st, id, h, PORT)?;
+        // Any request that reaches a paused sandbox resumes it first.
+        st.app.manager.resume_sb(&sb)?;
         Ok(At(sb))
     }
 }

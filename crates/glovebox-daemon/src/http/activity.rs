@@ -1,22 +1,37 @@
 //! Middleware that watches requests rather than answering them: a sandbox counts as busy
-//! (for its idle clock) while a request on it is handled and while its response streams,
-//! and every response is counted by status class.
+//! (for its idle clock) while a request on it is handled and while its response streams, a
+//! paused sandbox is resumed by any request that reaches its processes, and every response
+//! is counted by status class.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::auth::sandbox_in_path;
+use super::error::ApiError;
 use super::AppState;
+
+/// A sandbox's routes that reach its processes (through its agent): a request on one
+/// resumes a paused sandbox first. The others (its view, clocks, metrics, network policy,
+/// events, pause and resume themselves) are answered by the daemon alone.
+const REACH_PROCESSES: [&str; 6] = ["exec", "commands", "files", "code", "contexts", "keepalive"];
 
 /// Middleware on `/v1/sandboxes/{id}/…`: the sandbox is busy while the request is handled
 /// and while its response body streams; so is the daemon's sandbox work, which pool refills
-/// wait on.
+/// wait on. A paused sandbox is resumed first if the route reaches its processes.
 pub async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let guard = sandbox_in_path(req.uri().path())
-        .and_then(|id| st.manager.get(id).ok())
-        .map(|sb| (sb.activity.guard(), st.manager.sandbox_work.guard()));
+    let path = req.uri().path();
+    let sb = sandbox_in_path(path).and_then(|id| st.manager.get(id).ok());
+    if let Some(sb) = &sb {
+        let route = path.split(&format!("/{}/", sb.id)).nth(1).and_then(|r| r.split('/').next());
+        if route.is_some_and(|r| REACH_PROCESSES.contains(&r)) {
+            if let Err(e) = st.manager.resume_sb(sb) {
+                return ApiError::from(e).into_response();
+            }
+        }
+    }
+    let guard = sb.map(|sb| (sb.activity.guard(), st.manager.sandbox_work.guard()));
     let resp = next.run(req).await;
     let Some(guard) = guard else { return resp };
     if axum::body::HttpBody::size_hint(resp.body()).exact().is_some() {

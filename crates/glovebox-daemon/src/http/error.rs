@@ -52,6 +52,7 @@ fn status_of(code: ErrorCode) -> StatusCode {
         C::BuildFailed => StatusCode::UNPROCESSABLE_ENTITY,
         C::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
         C::AgentError => StatusCode::BAD_GATEWAY,
+        C::HibernateUnavailable => StatusCode::NOT_IMPLEMENTED,
         C::StartFailed | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

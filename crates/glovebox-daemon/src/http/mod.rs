@@ -50,6 +50,8 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::kill))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
+        .route("/sandboxes/{id}/pause", post(sandboxes::pause))
+        .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route("/sandboxes/{id}/network", put(sandboxes::set_network))
         .route("/sandboxes/{id}/egress", get(sandboxes::egress_log))
         .route("/sandboxes/{id}/exec", post(commands::exec))

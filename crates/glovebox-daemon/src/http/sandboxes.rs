@@ -1,5 +1,5 @@
-//! `/v1/sandboxes` and a sandbox's own resources: create, list, get, kill, its lifetime,
-//! keep-alive, network policy, egress log and metrics.
+//! `/v1/sandboxes` and a sandbox's own resources: create, list, get, kill, pause and
+//! resume, its lifetime, keep-alive, network policy, egress log and metrics.
 
 use std::collections::BTreeMap;
 
@@ -63,6 +63,21 @@ pub async fn kill(State(st): State<AppState>, Path(id): Path<String>) -> ApiResu
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// `POST /v1/sandboxes/{id}/pause`: idempotent (a paused sandbox answers as it is).
+pub async fn pause(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    // Freezing waits (bounded) for the kernel to report every process stopped.
+    let m = st.manager.clone();
+    let sb = tokio::task::spawn_blocking(move || m.pause(&id))
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("pause: {e}")))??;
+    Ok(json(StatusCode::OK, &sb.view()))
+}
+
+/// `POST /v1/sandboxes/{id}/resume`: idempotent (a running sandbox answers as it is).
+pub async fn resume(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.resume(&id)?.view()))
+}
+
 pub async fn set_timeout(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -80,6 +95,10 @@ pub async fn keepalive(State(st): State<AppState>, Path(id): Path<String>) -> Ap
 pub async fn metrics(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     let mut m = sb.metrics();
+    // A paused sandbox's agent answers nothing (its cgroup's figures are read all the same).
+    if sb.clock.paused().is_some() {
+        return Ok(json(StatusCode::OK, &m));
+    }
     if let Ok(u) = sb.agent().usage().await {
         m.disk_used_bytes = u.disk_used_bytes;
     }

@@ -110,6 +110,7 @@ impl Manager {
             metadata: rec.config.metadata.clone(),
             env: rec.config.env.clone(),
             idle_timeout: rec.config.idle_timeout_s.map(Duration::from_secs),
+            on_idle: rec.config.on_idle.unwrap_or_default(),
             preload: rec.config.preload.clone(),
             // The template as stored now (its defaults; its layers kept by GC).
             template_defaults: self.templates.store.load(&rec.template).map(Arc::new),
@@ -128,7 +129,10 @@ impl Manager {
             // Its commands from before the restart are unknown: the teardown asks its agent.
             commands: crate::manager::records::Counts::unknown(),
         };
-        Ok(Arc::new(Sb::new(settings, rec.config.network.clone(), run)))
+        let sb = Sb::new(settings, rec.config.network.clone(), run);
+        // Paused when the previous daemon ended: still frozen, its clock stopped as stored.
+        *crate::util::lock(&sb.clock.paused) = rec.config.paused_left_ms.map(Duration::from_millis);
+        Ok(Arc::new(sb))
     }
 
     /// Makes an adopted sandbox live and finishes its recovery in the background: the
@@ -140,6 +144,14 @@ impl Manager {
         let policy = glovebox_proto::policy::parse(&rec.config.network).ok();
         let this = self.clone();
         tokio::spawn(async move {
+            // A paused sandbox is thawed while its agent is checked and its link rebuilt,
+            // then frozen again (unless a request resumed it meanwhile).
+            let paused = sb.clock.paused().is_some();
+            if paused {
+                if let Err(e) = sb.host.thaw() {
+                    tracing::warn!(sandbox = %sb.id, "adopted paused sandbox: {e}");
+                }
+            }
             let ping = sb.agent().ping().await;
             if ping.is_err() {
                 tracing::warn!(sandbox = %sb.id, "adopted sandbox's agent does not answer: {ping:?}");
@@ -160,6 +172,9 @@ impl Manager {
                 }
             }
             crate::manager::records::watch_running(&this, &sb).await;
+            if paused {
+                this.refreeze(&sb);
+            }
             this.events.record(&sb.id, EventKind::Adopted, None, None);
             tracing::info!(sandbox = %sb.id, "sandbox re-adopted");
         });

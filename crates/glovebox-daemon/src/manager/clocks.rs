@@ -1,10 +1,11 @@
-//! The clocks of a live sandbox: its lifetime deadline, its idle timeout, and the watch on
-//! its agent's death, one task per sandbox; and the usage sampler over all of them.
+//! The clocks of a live sandbox: its lifetime deadline, its idle timeout (which kills or
+//! pauses it), and the watch on its agent's death, one task per sandbox; and the usage
+//! sampler over all of them. A paused sandbox's two clocks are stopped (see `pause`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use glovebox_proto::api::{self, EndReason};
+use glovebox_proto::api::{self, EndReason, OnIdle};
 
 use super::record::Deadline;
 use super::{Manager, Sb};
@@ -33,10 +34,17 @@ impl Manager {
             };
             tokio::pin!(died);
             loop {
-                let deadline = sb.deadline().at;
+                let paused = sb.clock.paused().is_some();
+                let deadline = (!paused).then(|| sb.deadline().at);
+                let lifetime = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending::<()>().await,
+                    }
+                };
                 // The idle check: at the end of the idle period since the last activity
                 // (or a second from now while something is busy).
-                let idle_at = sb.idle_timeout.map(|t| {
+                let idle_at = sb.idle_timeout.filter(|_| !paused).map(|t| {
                     let at = sb.activity.last() + t;
                     if sb.activity.busy() {
                         at.max(Instant::now() + Duration::from_secs(1))
@@ -51,8 +59,8 @@ impl Manager {
                     }
                 };
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline.into()) => {
-                        if Instant::now() >= sb.deadline().at {
+                    _ = lifetime => {
+                        if sb.clock.paused().is_none() && Instant::now() >= sb.deadline().at {
                             this.destroy(&sb.id, EndReason::Timeout).await;
                             return;
                         }
@@ -68,6 +76,13 @@ impl Manager {
                         }
                         if sb.activity.busy() || sb.activity.last().elapsed() < t {
                             continue; // a request came in while we asked
+                        }
+                        if sb.on_idle == OnIdle::Pause {
+                            if let Err(e) = this.pause_sb(&sb) {
+                                tracing::warn!(sandbox = %sb.id, "idle pause: {e}");
+                                sb.activity.touch();
+                            }
+                            continue;
                         }
                         this.destroy(&sb.id, EndReason::Idle).await;
                         return;
@@ -87,18 +102,23 @@ impl Manager {
         });
     }
 
-    /// Moves the lifetime deadline to `timeout_s` from now.
+    /// Moves the lifetime deadline to `timeout_s` from now (from the resume, when paused).
     pub fn set_timeout(&self, id: &str, timeout_s: u64) -> Result<Arc<Sb>> {
         if timeout_s == 0 || timeout_s > api::MAX_TIMEOUT_S {
             return Err(Error::Invalid(format!("timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
         }
         let sb = self.get(id)?;
-        let d = Deadline::after(Duration::from_secs(timeout_s));
-        *lock(&sb.clock.deadline) = d;
-        sb.clock.wake.notify_one();
-        if let Err(e) = self.store.set_deadline(&sb.id, d.wall) {
-            tracing::error!(sandbox = %sb.id, "store deadline: {e}");
+        let life = Duration::from_secs(timeout_s);
+        {
+            // Paused: the clock starts with this much at resume.
+            let mut paused = lock(&sb.clock.paused);
+            match paused.as_mut() {
+                Some(left) => *left = life,
+                None => *lock(&sb.clock.deadline) = Deadline::after(life),
+            }
         }
+        sb.clock.wake.notify_one();
+        self.store_clock(&sb);
         Ok(sb)
     }
 

@@ -109,6 +109,9 @@ impl Manager {
         if req.idle_timeout_s.is_some_and(|t| t == 0 || t > api::MAX_TIMEOUT_S) {
             return Err(Error::Invalid(format!("idle_timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
         }
+        if req.on_idle == Some(api::OnIdle::Hibernate) {
+            return Err(crate::manager::pause::hibernate_unavailable());
+        }
         for (k, v) in &req.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
                 return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
@@ -131,6 +134,7 @@ impl Manager {
             metadata: req.metadata,
             env: req.env,
             idle_timeout: req.idle_timeout_s.map(Duration::from_secs),
+            on_idle: req.on_idle.unwrap_or_default(),
             preload: tpl.preload.clone(),
             tenant: tenant.to_string(),
             template_defaults: tpl.defaults.clone(),

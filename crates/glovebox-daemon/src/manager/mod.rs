@@ -17,6 +17,7 @@ mod exec;
 mod journal;
 mod network;
 mod observer;
+pub(crate) mod pause;
 mod pools;
 mod reconcile;
 mod record;
@@ -25,6 +26,8 @@ mod registry;
 mod teardown;
 mod templates;
 
+#[cfg(test)]
+mod pause_tests;
 #[cfg(test)]
 pub(crate) mod testing;
 #[cfg(test)]

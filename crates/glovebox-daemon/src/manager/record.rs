@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use glovebox_jail::cgroup::Stats;
-use glovebox_proto::api::{self, Limits, NetworkPolicy, Sandbox, SandboxState};
+use glovebox_proto::api::{self, Limits, NetworkPolicy, OnIdle, Sandbox, SandboxState};
 use tokio::sync::Notify;
 
 use crate::backend::jail::disk_bytes;
@@ -56,19 +56,31 @@ impl Deadline {
     }
 }
 
-/// The lifetime clock: its deadline and the wake-up of its watch when it moves.
+/// The lifetime clock: its deadline, the wake-up of its watch when it moves, and whether it
+/// is stopped (the sandbox paused) with the time it had left.
 pub struct Lifetime {
     pub(crate) deadline: Mutex<Deadline>,
     pub(crate) wake: Notify,
+    /// `Some(left)` while the sandbox is paused (see `manager::pause`).
+    pub(crate) paused: Mutex<Option<Duration>>,
 }
 
 impl Lifetime {
     pub(crate) fn new(d: Deadline) -> Lifetime {
-        Lifetime { deadline: Mutex::new(d), wake: Notify::new() }
+        Lifetime { deadline: Mutex::new(d), wake: Notify::new(), paused: Mutex::new(None) }
     }
 
+    /// The deadline; while paused, the one resuming now would set.
     pub fn deadline(&self) -> Deadline {
-        *lock(&self.deadline)
+        match *lock(&self.paused) {
+            Some(left) => Deadline::after(left),
+            None => *lock(&self.deadline),
+        }
+    }
+
+    /// The lifetime left when paused, `None` while running.
+    pub fn paused(&self) -> Option<Duration> {
+        *lock(&self.paused)
     }
 }
 
@@ -87,6 +99,8 @@ pub struct Settings {
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
     pub idle_timeout: Option<Duration>,
+    /// What the idle clock does at `idle_timeout`.
+    pub on_idle: OnIdle,
     /// Modules the template's python kernels preload.
     pub preload: Option<String>,
     /// The tenant that owns it (see `tenants`).
@@ -115,6 +129,8 @@ pub struct Sb {
     /// For the idle clock (`idle_timeout`).
     pub activity: Arc<crate::idle::Activity>,
     pub idle_timeout: Option<Duration>,
+    /// What the idle clock does at `idle_timeout`.
+    pub on_idle: OnIdle,
     /// Code contexts (language kernels).
     pub kernels: crate::kernels::Kernels,
     /// The previous CPU sample (for `cpu_percent`).
@@ -159,6 +175,7 @@ impl Sb {
             clock: Lifetime::new(run.deadline),
             activity: Arc::default(),
             idle_timeout: s.idle_timeout,
+            on_idle: s.on_idle,
             kernels: run.kernels,
             cpu_sample: Mutex::new(CpuSample { at: Instant::now(), usec: 0 }),
             preload: s.preload,
@@ -200,7 +217,7 @@ impl Sb {
         Sandbox {
             id: self.id.clone(),
             template: self.template.clone(),
-            state: SandboxState::Running,
+            state: if self.clock.paused().is_some() { SandboxState::Paused } else { SandboxState::Running },
             created_at: rfc3339(self.created_at),
             expires_at: rfc3339(self.deadline().wall),
             limits: Limits { disk_mb: disk_bytes(&self.limits) >> 20, ..self.limits.clone() },
@@ -208,6 +225,7 @@ impl Sb {
             network: self.network(),
             end_reason: None,
             idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+            on_idle: (self.on_idle != OnIdle::Kill).then_some(self.on_idle),
         }
     }
 
@@ -222,6 +240,8 @@ impl Sb {
             preload: self.preload.clone(),
             tenant: Some(self.tenant.clone()),
             cpu_base_usec: Some(self.meter.cpu_base_usec()),
+            on_idle: (self.on_idle != OnIdle::Kill).then_some(self.on_idle),
+            paused_left_ms: self.clock.paused().map(|d| d.as_millis() as u64),
         }
     }
 

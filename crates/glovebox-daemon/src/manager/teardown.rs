@@ -35,7 +35,13 @@ impl Manager {
         for a in announced {
             a();
         }
-        // What its agent still knows (of its commands), before the kill.
+        // What its agent still knows (of its commands), before the kill; a paused sandbox's
+        // agent answers only thawed.
+        if sb.clock.paused().is_some() {
+            if let Err(e) = sb.host.thaw() {
+                tracing::warn!(sandbox = %id, "thaw before the kill: {e}");
+            }
+        }
         for o in &self.observers {
             if let Some(last) = o.before_kill(self, &sb) {
                 last.await;

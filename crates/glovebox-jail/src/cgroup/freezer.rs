@@ -11,7 +11,10 @@ use super::CgroupError;
 /// How long to wait for the kernel to report the tree frozen. A task in uninterruptible sleep
 /// can hold freezing up; we signal anyway (SIGKILL stays pending) rather than hang.
 const FREEZE_WAIT: Duration = Duration::from_millis(500);
-const POLL: Duration = Duration::from_millis(5);
+/// The first poll comes soon (a sandbox with a few tasks freezes in well under a
+/// millisecond), later ones back off to `POLL_MAX`.
+const POLL_FIRST: Duration = Duration::from_micros(100);
+const POLL_MAX: Duration = Duration::from_millis(5);
 
 const V1_STATE: &str = "freezer.state";
 const V2_FREEZE: &str = "cgroup.freeze";
@@ -39,8 +42,10 @@ pub(super) fn thaw_v2(fs: &dyn Fs, dir: &Path) -> Result<(), CgroupError> {
 
 fn wait(mut frozen: impl FnMut() -> Result<bool, CgroupError>) -> Result<(), CgroupError> {
     let deadline = Instant::now() + FREEZE_WAIT;
+    let mut poll = POLL_FIRST;
     while !frozen()? && Instant::now() < deadline {
-        std::thread::sleep(POLL);
+        std::thread::sleep(poll);
+        poll = (poll * 2).min(POLL_MAX);
     }
     Ok(())
 }

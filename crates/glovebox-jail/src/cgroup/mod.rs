@@ -123,6 +123,12 @@ pub trait Cgroup: Send + Sync {
     /// Kills every process in the sandbox, command children included, and waits (up to about
     /// 2 s) until none is left. Returns how many it killed.
     fn kill_all(&self) -> Result<usize, CgroupError>;
+    /// Stops every process of the sandbox, command children included, where they stand
+    /// (the freezer), and waits (bounded) for the kernel to report them stopped. Fails with
+    /// [`CgroupError::Unsupported`] on a v1 host without a freezer hierarchy.
+    fn freeze(&self) -> Result<(), CgroupError>;
+    /// Lets a frozen sandbox run again (a no-op on one not frozen).
+    fn thaw(&self) -> Result<(), CgroupError>;
     /// Removes the sandbox's cgroup dirs, deepest first. Fails with
     /// [`CgroupError::NotEmpty`] if processes remain (call [`Cgroup::kill_all`] first).
     fn destroy(&self) -> Result<(), CgroupError>;

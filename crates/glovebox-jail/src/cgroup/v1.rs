@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::fs::{self, Fs};
 use super::tree::{self, Stop};
 use super::{
-    cpu, fail_closed, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod, Limits,
-    Stats, Version, PARENT, PROCS,
+    cpu, fail_closed, freezer, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod,
+    Limits, Stats, Version, PARENT, PROCS,
 };
 
 /// The mounted hierarchies, canonical so that `cpu` and `cpuacct` symlinks to `cpu,cpuacct`
@@ -137,6 +137,16 @@ impl V1Cgroup {
         hierarchy.join(PARENT).join(&self.name)
     }
 
+    fn freezer_dir(&self) -> Result<PathBuf, CgroupError> {
+        match &self.layout.freezer {
+            Some(f) => Ok(self.dir(f)),
+            None => Err(CgroupError::Unsupported {
+                path: self.dir(&self.layout.memory),
+                reason: "no freezer hierarchy is mounted: a sandbox cannot be frozen".into(),
+            }),
+        }
+    }
+
     fn dirs(&self) -> Vec<PathBuf> {
         self.layout.hierarchies().into_iter().map(|h| self.dir(h)).collect()
     }
@@ -195,6 +205,14 @@ impl Cgroup for V1Cgroup {
         let freezer = self.layout.freezer.as_ref().map(|f| self.dir(f)).filter(|d| d.is_dir());
         let stop = freezer.as_deref().map_or(Stop::None, Stop::V1Freezer);
         tree::kill(&*self.fs, &self.dirs(), stop)
+    }
+
+    fn freeze(&self) -> Result<(), CgroupError> {
+        freezer::freeze_v1(&*self.fs, &self.freezer_dir()?)
+    }
+
+    fn thaw(&self) -> Result<(), CgroupError> {
+        freezer::thaw_v1(&*self.fs, &self.freezer_dir()?)
     }
 
     fn destroy(&self) -> Result<(), CgroupError> {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::fs::{self, Fs};
 use super::tree::{self, Stop};
 use super::{
-    cpu, fail_closed, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod, Limits,
-    Stats, Version, PARENT, PROCS,
+    cpu, fail_closed, freezer, list_into, memory, pids, validate_name, Cgroup, CgroupDriver, CgroupError, KillMethod,
+    Limits, Stats, Version, PARENT, PROCS,
 };
 
 const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
@@ -159,6 +159,14 @@ impl Cgroup for V2Cgroup {
 
     fn kill_all(&self) -> Result<usize, CgroupError> {
         tree::kill(&*self.fs, std::slice::from_ref(&self.dir), Stop::V2(&self.dir))
+    }
+
+    fn freeze(&self) -> Result<(), CgroupError> {
+        freezer::freeze_v2(&*self.fs, &self.dir)
+    }
+
+    fn thaw(&self) -> Result<(), CgroupError> {
+        freezer::thaw_v2(&*self.fs, &self.dir)
     }
 
     fn destroy(&self) -> Result<(), CgroupError> {

@@ -96,6 +96,35 @@ check("is_running after kill", again.is_running() is False)
 other.kill()
 plain.kill()
 
+# Pause and resume: list shows the paused sandbox, connect resumes it, its files and
+# processes are as they were.
+from e2b import SandboxState  # noqa: E402
+
+ps = Sandbox.create(timeout=120, metadata={"run": run, "role": "paused"})
+ps.commands.run("echo kept > /tmp/state")
+ps.commands.run("sleep 600", background=True)
+check("pause() is True", ps.pause() is True)
+check("a second pause() is False", Sandbox.pause(ps.sandbox_id) is False)
+paused = lambda: ids(SandboxQuery(metadata={"run": run}, state=[SandboxState.PAUSED]))  # noqa: E731
+check("list(state=paused) shows it", paused() == {ps.sandbox_id}, paused())
+check("list(state=running) does not", ps.sandbox_id not in ids(SandboxQuery(metadata={"run": run}, state=[SandboxState.RUNNING])))
+check("get_info says paused", str(Sandbox.get_info(ps.sandbox_id).state).lower().endswith("paused"))
+back = Sandbox.connect(ps.sandbox_id)
+check("connect() resumes it", str(Sandbox.get_info(ps.sandbox_id).state).lower().endswith("running"))
+check("its files are kept", back.commands.run("cat /tmp/state").stdout == "kept\n")
+check("its processes are kept", back.commands.run("pgrep -x sleep").exit_code == 0)
+ps.pause()
+check("a command on a paused sandbox resumes it", ps.commands.run("echo awake").stdout == "awake\n")
+check("and it runs again", str(Sandbox.get_info(ps.sandbox_id).state).lower().endswith("running"))
+ps.kill()
+
+# on_timeout pause (autoPause): idle past its timeout, the sandbox is paused, not killed.
+ap = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"}, metadata={"run": run, "role": "autopause"})
+check("an auto-pause sandbox runs", ap.commands.run("echo up").stdout == "up\n")
+check("it is paused after its timeout", poll(lambda: ap.sandbox_id in paused(), 15), paused())
+check("connect() resumes it", Sandbox.connect(ap.sandbox_id).commands.run("echo again").stdout == "again\n")
+ap.kill()
+
 # A sandbox really ends at its timeout.
 short = Sandbox.create(timeout=3, metadata={"run": run, "role": "short"})
 check("a short sandbox runs", short.commands.run("echo up").stdout == "up\n")

@@ -97,10 +97,12 @@ class AsyncSandbox:
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
         idle_timeout: Optional[float] = None,
+        on_idle: Optional[str] = None,
     ) -> "AsyncSandbox":
         sb = await _call(Sandbox.create, template=template, timeout=timeout, cpus=cpus, memory_mb=memory_mb,
                          disk_mb=disk_mb, pids=pids, env=env, metadata=metadata, network=network, url=url,
-                         api_key=api_key, request_timeout=request_timeout, idle_timeout=idle_timeout)
+                         api_key=api_key, request_timeout=request_timeout, idle_timeout=idle_timeout,
+                         on_idle=on_idle)
         return cls(sb)
 
     @classmethod
@@ -135,6 +137,12 @@ class AsyncSandbox:
 
     async def set_timeout(self, seconds: float) -> SandboxInfo:
         return await _call(self._sync.set_timeout, seconds)
+
+    async def pause(self) -> SandboxInfo:
+        return await _call(self._sync.pause)
+
+    async def resume(self) -> SandboxInfo:
+        return await _call(self._sync.resume)
 
     async def kill(self) -> bool:
         return await _call(self._sync.kill)

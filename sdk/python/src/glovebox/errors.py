@@ -146,6 +146,7 @@ _BY_CODE: Dict[str, Type[GloveboxError]] = {
     "build_failed": GloveboxError,
     "disk_full": GloveboxError,
     "agent_error": GloveboxError,
+    "hibernate_unavailable": NotSupportedError,
     "internal": GloveboxError,
 }
 

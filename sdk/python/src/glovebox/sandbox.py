@@ -104,16 +104,20 @@ class Sandbox:
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
         idle_timeout: Optional[float] = None,
+        on_idle: Optional[str] = None,
     ) -> "Sandbox":
         """Creates a sandbox. ``timeout`` is its lifetime in seconds (it is destroyed then,
         whatever runs; extend with :meth:`set_timeout`). ``network`` is a policy object
         (``{"mode": "deny-all"}``) or just its mode. ``url``/``api_key`` default to
         ``$GLOVEBOX_URL`` / ``$GLOVEBOX_API_KEY``. ``idle_timeout`` (seconds) stops it once
-        nothing has run in it or talked to it for that long (reason ``idle``)."""
+        nothing has run in it or talked to it for that long (reason ``idle``); with
+        ``on_idle="pause"`` it is paused instead."""
         t = Transport(url, api_key, request_timeout)
         body = _create_body(template, timeout, cpus, memory_mb, disk_mb, pids, env, metadata, network)
         if idle_timeout is not None:
             body["idle_timeout_s"] = int(math.ceil(idle_timeout))
+        if on_idle is not None:
+            body["on_idle"] = on_idle
         info = SandboxInfo.from_json(t.request("POST", "/v1/sandboxes", json=body).json())
         return cls(info.id, transport=t, info=info)
 
@@ -168,6 +172,18 @@ class Sandbox:
         """Moves the lifetime deadline to now + ``seconds``."""
         body = {"timeout_s": int(math.ceil(seconds))}
         self._info = SandboxInfo.from_json(self._t.request("POST", self._path("/timeout"), json=body).json())
+        return self._info
+
+    def pause(self) -> SandboxInfo:
+        """Pauses the sandbox: its processes frozen (memory kept), its clocks stopped with the
+        lifetime left kept. Idempotent. Any command, file or code call resumes it."""
+        self._info = SandboxInfo.from_json(self._t.request("POST", self._path("/pause")).json())
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Resumes a paused sandbox (its lifetime clock restarts with what was left).
+        Idempotent."""
+        self._info = SandboxInfo.from_json(self._t.request("POST", self._path("/resume")).json())
         return self._info
 
     def kill(self) -> bool:

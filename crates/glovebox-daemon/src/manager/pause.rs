@@ -1,0 +1,96 @@
+//! Pause and resume. A paused sandbox's processes are frozen where they stand (the cgroup
+//! freezer: its memory stays, charged to it), its lifetime clock is stopped with the time it
+//! had left kept, and its idle clock is off; resume thaws it and restarts the lifetime clock
+//! with what was left. A request that reaches a paused sandbox's processes resumes it first
+//! (the HTTP front-ends call [`Manager::resume`]). The pause is stored with the sandbox's configuration, so a restarted
+//! daemon adopts it paused.
+//!
+//! Invariant: `Lifetime::paused` is `Some` exactly while the backend holds the sandbox frozen
+//! (but for the moments a re-adoption or a teardown thaws it to speak to its agent); both
+//! change under that lock (taken before the deadline's).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::record::Deadline;
+use super::{Manager, Sb};
+use crate::error::{Error, Result};
+use crate::util::lock;
+
+/// The answer to `hibernate` on this host: processes are not checkpointed to disk here.
+pub(crate) fn hibernate_unavailable() -> Error {
+    Error::HibernateUnavailable(
+        "writing a sandbox's memory to disk needs a CRIU (4 or later) whose `criu check` passes, and \
+         this daemon does not checkpoint processes; use on_idle \"pause\" (memory-resident)"
+            .into(),
+    )
+}
+
+impl Manager {
+    /// Pauses the sandbox `id`; one already paused stays as it is.
+    pub fn pause(&self, id: &str) -> Result<Arc<Sb>> {
+        let sb = self.get(id)?;
+        self.pause_sb(&sb)?;
+        Ok(sb)
+    }
+
+    /// Resumes the sandbox `id`; one running stays as it is.
+    pub fn resume(&self, id: &str) -> Result<Arc<Sb>> {
+        let sb = self.get(id)?;
+        self.resume_sb(&sb)?;
+        Ok(sb)
+    }
+
+    /// Freezes `sb` and stops its clocks; false if it was paused already.
+    pub(crate) fn pause_sb(&self, sb: &Sb) -> Result<bool> {
+        let mut paused = lock(&sb.clock.paused);
+        if paused.is_some() {
+            return Ok(false);
+        }
+        sb.host.freeze().map_err(|e| Error::Conflict(format!("sandbox {} cannot be paused: {e}", sb.id)))?;
+        let left = lock(&sb.clock.deadline).at.saturating_duration_since(Instant::now());
+        *paused = Some(left);
+        drop(paused);
+        sb.clock.wake.notify_one();
+        self.store_clock(sb);
+        tracing::debug!(sandbox = %sb.id, left_ms = left.as_millis() as u64, "paused");
+        Ok(true)
+    }
+
+    /// Thaws `sb` and restarts its clocks with the lifetime it had left (its idle period
+    /// starts anew); false if it was running.
+    pub(crate) fn resume_sb(&self, sb: &Sb) -> Result<bool> {
+        let mut paused = lock(&sb.clock.paused);
+        let Some(left) = *paused else { return Ok(false) };
+        sb.host.thaw()?;
+        *lock(&sb.clock.deadline) = Deadline::after(left);
+        *paused = None;
+        drop(paused);
+        sb.activity.touch();
+        sb.clock.wake.notify_one();
+        self.store_clock(sb);
+        tracing::debug!(sandbox = %sb.id, "resumed");
+        Ok(true)
+    }
+
+    /// Freezes again a paused sandbox thawed for its re-adoption's checks, unless a resume
+    /// came in meanwhile.
+    pub(super) fn refreeze(&self, sb: &Sb) {
+        let paused = lock(&sb.clock.paused);
+        if paused.is_some() {
+            if let Err(e) = sb.host.freeze() {
+                tracing::warn!(sandbox = %sb.id, "refreeze after re-adoption: {e}");
+            }
+        }
+    }
+
+    /// Stores the sandbox's pause state and deadline (what a restart adopts it with).
+    pub(super) fn store_clock(&self, sb: &Sb) {
+        if let Err(e) = self.store.set_config(&sb.id, &sb.config()) {
+            tracing::error!(sandbox = %sb.id, "store pause state: {e}");
+        }
+        if let Err(e) = self.store.set_deadline(&sb.id, sb.deadline().wall) {
+            tracing::error!(sandbox = %sb.id, "store deadline: {e}");
+        }
+    }
+}
