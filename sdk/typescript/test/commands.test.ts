@@ -70,9 +70,13 @@ describe("commands", () => {
     assert.equal((await sb.commands.run("pwd")).stdout, "/home/user\n");
   });
 
-  it("truncates output beyond maxOutputBytes and says so", async () => {
+  it("truncates output beyond maxOutputBytes to its head and tail, and says so", async () => {
     const r = await sb.commands.run("head -c 10000 /dev/zero | tr '\\0' a", { maxOutputBytes: 100 });
-    assert.equal(r.stdout, "a".repeat(100));
+    // Half the cap for the head, the rest for the marker and the tail.
+    const m = /^(a{50})\n\[glovebox: (\d+) bytes dropped\]\n(a+)$/.exec(r.stdout);
+    assert.ok(m, `head, marker, tail: ${JSON.stringify(r.stdout)}`);
+    assert.equal(r.stdout.length, 100);
+    assert.equal(m[1].length + Number(m[2]) + m[3].length, 10000);
     assert.equal(r.stdoutTruncated, true);
     assert.equal(r.stdoutBytes, 10000);
   });
