@@ -4,27 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use glovebox_proto::api::{CreateSandbox, EndReason, SandboxState};
+use glovebox_proto::api::{EndReason, SandboxState};
 
-use super::testing::fixture;
-use super::Manager;
+use super::testing::{ended, fixture, request};
 use crate::error::Error;
-
-fn request(v: serde_json::Value) -> CreateSandbox {
-    serde_json::from_value(v).expect("create request")
-}
-
-/// Waits (at most `limit`) until sandbox `id` has ended, and returns why.
-async fn ended(m: &Manager, id: &str, limit: Duration) -> Option<EndReason> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if let Err(Error::Gone { reason, .. }) = m.get(id) {
-            return Some(reason);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
-}
 
 #[tokio::test]
 async fn a_paused_sandbox_does_not_time_out_and_resumes_with_what_was_left() {

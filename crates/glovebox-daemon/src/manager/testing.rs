@@ -1,9 +1,13 @@
 //! A manager on the fake backend in a temporary directory, for unit tests (no root).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use glovebox_proto::api::{CreateSandbox, EndReason};
 
 use super::{Config, Manager};
 use crate::backend::fake::Fake;
+use crate::error::Error;
 
 pub(crate) struct Fixture {
     pub m: Arc<Manager>,
@@ -29,4 +33,21 @@ pub(crate) fn fixture_with(tune: impl FnOnce(&mut Config)) -> Fixture {
     let fake = Arc::new(Fake::new(&tmp.path().join("sandboxes")));
     let m = Manager::with_backend(cfg, store, fake.clone(), Arc::default()).expect("manager");
     Fixture { m, fake, _tmp: tmp }
+}
+
+/// A create request from its JSON.
+pub(crate) fn request(v: serde_json::Value) -> CreateSandbox {
+    serde_json::from_value(v).expect("create request")
+}
+
+/// Waits (at most `limit`) until sandbox `id` has ended, and returns why.
+pub(crate) async fn ended(m: &Manager, id: &str, limit: Duration) -> Option<EndReason> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Err(Error::Gone { reason, .. }) = m.get(id) {
+            return Some(reason);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }

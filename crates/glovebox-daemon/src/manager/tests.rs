@@ -5,28 +5,11 @@ use std::time::{Duration, Instant};
 
 use glovebox_proto::api::{CreateSandbox, EndReason, ExecRequest};
 
-use super::testing::{fixture, fixture_with, Fixture};
-use super::Manager;
+use super::testing::{ended, fixture, fixture_with, request, Fixture};
 use crate::error::Error;
-
-fn request(v: serde_json::Value) -> CreateSandbox {
-    serde_json::from_value(v).expect("create request")
-}
 
 fn exec(cmd: serde_json::Value) -> ExecRequest {
     serde_json::from_value(cmd).expect("exec request")
-}
-
-/// Waits (at most `limit`) until sandbox `id` has ended, and returns why.
-async fn ended(m: &Manager, id: &str, limit: Duration) -> Option<EndReason> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if let Err(Error::Gone { reason, .. }) = m.get(id) {
-            return Some(reason);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
 }
 
 #[tokio::test]
