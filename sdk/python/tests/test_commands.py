@@ -66,6 +66,16 @@ def test_env_and_cwd(sb):
 def test_output_cap(sb):
     r = sb.commands.run("head -c 100000 /dev/zero", max_output_bytes=1000)
     assert r.stdout_truncated and len(r.stdout_raw) == 1000 and r.stdout_total_bytes == 100000
+    # The first half and the end, with the count of what was dropped between them.
+    r = sb.commands.run("seq 1 100000; echo LAST-LINE", max_output_bytes=1000)
+    head, sep, rest = r.stdout.partition("\n[glovebox: ")
+    count, _, tail = rest.partition(" bytes dropped]\n")
+    assert sep and head.startswith("1\n2\n") and tail.endswith("LAST-LINE\n"), r.stdout
+    assert len(r.stdout_raw) == 1000 and len(head) + int(count) + len(tail) == r.stdout_total_bytes
+    # output_tail_bytes=0: the first part only, no marker.
+    r = sb.commands.run("seq 1 100000; echo LAST-LINE", max_output_bytes=1000, output_tail_bytes=0)
+    assert r.stdout_truncated and len(r.stdout_raw) == 1000 and "LAST-LINE" not in r.stdout
+    assert "glovebox:" not in r.stdout
 
 
 def test_callbacks_receive_output_as_it_happens(sb):

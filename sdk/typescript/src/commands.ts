@@ -44,6 +44,12 @@ export interface CommandOptions {
   stdin?: string | Uint8Array;
   /** Output kept per stream; default 1 MiB (the rest is drained and counted). */
   maxOutputBytes?: number;
+  /**
+   * Of `maxOutputBytes`, how much goes to the end of the output when it is cut: the first part
+   * and the last are kept, with a `[glovebox: N bytes dropped]` line between them. Default
+   * half the cap; `0` keeps the first part only.
+   */
+  outputTailBytes?: number;
   /** Called with output as it happens (the request then streams NDJSON). */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
@@ -216,6 +222,7 @@ export class Commands {
     if (options.env !== undefined) body["env"] = options.env;
     if (options.timeoutMs !== undefined) body["timeout_ms"] = options.timeoutMs;
     if (options.maxOutputBytes !== undefined) body["max_output_bytes"] = options.maxOutputBytes;
+    if (options.outputTailBytes !== undefined) body["output_tail_bytes"] = options.outputTailBytes;
     if (typeof options.stdin === "string") body["stdin"] = options.stdin;
     else if (options.stdin !== undefined) body["stdin_base64"] = bytesToBase64(options.stdin);
     const path = `/v1/sandboxes/${seg(this.#sandboxId)}/exec`;

@@ -79,6 +79,13 @@ describe("commands", () => {
     assert.equal(m[1].length + Number(m[2]) + m[3].length, 10000);
     assert.equal(r.stdoutTruncated, true);
     assert.equal(r.stdoutBytes, 10000);
+    // outputTailBytes: 0 keeps the first part only.
+    const head = await sb.commands.run("head -c 10000 /dev/zero | tr '\\0' a", {
+      maxOutputBytes: 100,
+      outputTailBytes: 0,
+    });
+    assert.equal(head.stdout, "a".repeat(100));
+    assert.equal(head.stdoutTruncated, true);
   });
 
   it("streams output to callbacks as it happens", async () => {

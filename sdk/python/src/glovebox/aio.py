@@ -226,12 +226,13 @@ class AsyncCommands:
         on_stderr: Optional[Callable[[str], Any]] = None,
         check: bool = False,
         max_output_bytes: Optional[int] = None,
+        output_tail_bytes: Optional[int] = None,
     ) -> Any:
         """As :meth:`Commands.run`; ``background=True`` gives an :class:`AsyncCommandHandle`."""
         loop = asyncio.get_running_loop()
         r = await _call(self._c.run, cmd, timeout=timeout, cwd=cwd, env=env, stdin=stdin, background=background,
                         on_stdout=_on_loop(loop, on_stdout), on_stderr=_on_loop(loop, on_stderr), check=check,
-                        max_output_bytes=max_output_bytes)
+                        max_output_bytes=max_output_bytes, output_tail_bytes=output_tail_bytes)
         return AsyncCommandHandle(r) if isinstance(r, CommandHandle) else r
 
     async def list(self) -> List[CommandInfo]:

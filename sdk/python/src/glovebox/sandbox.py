@@ -426,6 +426,7 @@ class Commands:
         on_stderr: Optional[OutputCallback] = None,
         check: bool = False,
         max_output_bytes: Optional[int] = None,
+        output_tail_bytes: Optional[int] = None,
     ) -> Any:
         """Runs ``cmd`` (a string for ``/bin/sh -c``, or an argv list) and returns its
         :class:`CommandResult`.
@@ -436,6 +437,9 @@ class Commands:
         ``glovebox.TimeoutError`` for a timeout (default: both are just fields of the
         result, like ``subprocess.run``). ``background=True`` returns a
         :class:`CommandHandle` at once (stdin stays open for ``send_stdin``).
+        ``max_output_bytes``: output kept per stream; past it the first part and the last
+        ``output_tail_bytes`` (default half the cap; ``0``: the first part only) are kept,
+        with a ``[glovebox: N bytes dropped]`` line between them.
         """
         body: Dict[str, Any] = {"cmd": cmd if isinstance(cmd, str) else [str(a) for a in cmd], "encoding": "base64"}
         if cwd is not None:
@@ -451,6 +455,8 @@ class Commands:
             body["timeout_ms"] = _ms(timeout, "timeout")
         if max_output_bytes is not None:
             body["max_output_bytes"] = int(max_output_bytes)
+        if output_tail_bytes is not None:
+            body["output_tail_bytes"] = int(output_tail_bytes)
         path = self._sb._path("/exec")
         if background:
             if on_stdout or on_stderr:
