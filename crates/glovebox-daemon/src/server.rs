@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::http::{count_responses, AppState};
 use crate::manager::Manager;
-use crate::util::random_token;
+use crate::util::random_key;
 
 /// The key in `<data>/api-key`, created (0600) with a fresh random key on first start.
 /// Returns the key and whether it was just created.
@@ -22,7 +22,7 @@ pub fn load_or_create_key(data_dir: &Path) -> std::io::Result<(String, bool)> {
         Err(e) => return Err(e),
     }
     fs::create_dir_all(data_dir)?;
-    let key = format!("gb_{}", random_token(40));
+    let key = random_key();
     let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
     f.write_all(key.as_bytes())?;
     f.write_all(b"\n")?;

@@ -4,8 +4,8 @@
 //! (and secrets). The daemon's own key (`<data_dir>/api-key`, or `--api-key`) is the admin
 //! key: it belongs to the `default` tenant, manages keys and quotas, and sees every sandbox.
 //!
-//! Keys are stored as SHA-256 digests only: a key is 32 random characters (≈165 bits), so a
-//! fast hash is enough and the plain key is shown once, when it is created.
+//! Keys are stored as SHA-256 digests only: a key is 160 random bits (`e2b_` and 40 hex
+//! digits, the shape E2B's SDKs accept), so a fast hash is enough and the plain key is shown once, when it is created.
 //!
 //! Quotas are checked at admission: [`Tenants::admit`] reserves the sandbox's share (count,
 //! memory, CPUs, one create in the rate window) before the boot and [`Admission`] gives it
@@ -19,10 +19,9 @@ use glovebox_proto::api::{ApiKeyInfo, Limits, TenantQuota};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::util::{constant_time_eq, random_token, rfc3339};
+use crate::util::{constant_time_eq, random_key, random_token, rfc3339, KEY_PREFIX};
 
 pub const DEFAULT_TENANT: &str = "default";
-const KEY_PREFIX: &str = "gbk_";
 /// How many ended sandboxes' owners are remembered in memory (the store keeps the rest).
 const ENDED_MEMORY: usize = 1_000;
 
@@ -164,7 +163,7 @@ impl Tenants {
                 return Err(Error::Invalid("key name must be at most 128 printable characters".into()));
             }
         }
-        let key = format!("{KEY_PREFIX}{}", random_token(32));
+        let key = random_key();
         let info = ApiKeyInfo {
             id: format!("key_{}", random_token(12)),
             tenant: tenant.to_string(),
@@ -347,7 +346,10 @@ mod tests {
         assert_eq!(t.authenticate("the-admin-key"), Some(Caller::admin()));
         assert_eq!(t.authenticate("the-admin-kez"), None);
         let (key, info) = t.create_key("acme", Some("ci".into())).unwrap();
-        assert!(key.starts_with(KEY_PREFIX) && key.len() == KEY_PREFIX.len() + 32);
+        assert!(key.starts_with(KEY_PREFIX) && key.len() == KEY_PREFIX.len() + 40);
+        // The shape E2B's SDKs check before they send a request.
+        assert!(key[KEY_PREFIX.len()..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(key, t.create_key("acme", None).unwrap().0);
         assert!(key.starts_with(&info.prefix));
         assert_eq!(t.authenticate(&key), Some(Caller { tenant: "acme".into(), admin: false }));
         t.revoke_key(&info.id).unwrap();

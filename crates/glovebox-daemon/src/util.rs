@@ -23,6 +23,25 @@ pub fn random_token(len: usize) -> String {
     out
 }
 
+/// The shape of every API key the daemon makes: `e2b_` and 40 lowercase hex digits
+/// (160 random bits). E2B's SDKs refuse, before sending anything, a key that is not `e2b_`
+/// followed by hex, so keys in this shape work with Glovebox's SDKs and E2B's alike.
+pub const KEY_PREFIX: &str = "e2b_";
+
+/// A fresh API key (see [`KEY_PREFIX`]).
+pub fn random_key() -> String {
+    let mut bytes = [0u8; 20];
+    if getrandom::fill(&mut bytes).is_err() {
+        panic!("no OS randomness available");
+    }
+    let mut key = String::with_capacity(KEY_PREFIX.len() + 40);
+    key.push_str(KEY_PREFIX);
+    for b in bytes {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
 /// Compares secrets without leaking where they differ through timing.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {

@@ -120,6 +120,13 @@ pub fn rand_token(len: usize) -> String {
     buf.iter().map(|b| (b"abcdefghijklmnopqrstuvwxyz0123456789"[(*b % 36) as usize]) as char).collect()
 }
 
+/// `n` random bytes as lowercase hex.
+pub fn rand_hex(n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).expect("read /dev/urandom");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A fresh temp directory (for data dirs, logs, host canaries).
 pub fn tempdir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir().expect("tempdir")
@@ -484,7 +491,8 @@ impl Daemon {
         ids: BTreeSet<String>,
     ) -> Daemon {
         let bin = glovebox_bin();
-        let key = format!("gbtest_{}", rand_token(32));
+        // The shape E2B's SDKs accept (they check it before sending a request).
+        let key = format!("e2b_{}", rand_hex(20));
         let canary = format!("canary-{}", rand_token(16));
         let data_dir = dir.path().to_path_buf();
         let http = reqwest::blocking::Client::builder().no_proxy().timeout(HTTP_TIMEOUT).build().expect("client");
