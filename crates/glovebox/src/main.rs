@@ -6,6 +6,7 @@
 
 mod admin;
 mod client;
+mod doctor;
 mod embedded;
 mod mcp;
 mod run;
@@ -63,6 +64,16 @@ enum Cmd {
     /// Build and manage templates (root filesystems sandboxes start from).
     #[command(subcommand)]
     Template(template::TemplateCmd),
+    /// Check this host: kernel, namespaces, cgroups, mounts, seccomp, Landlock, nf_tables,
+    /// templates and disk, then boot one sandbox. Prints each result with its fix.
+    Doctor(doctor::DoctorArgs),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions { shell: clap_complete::Shell },
+    /// Write man pages (glovebox.1 and one per subcommand) into a directory.
+    Man {
+        /// Where to write them.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -269,7 +280,39 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Quota(c) => admin::quota(c).await,
         Cmd::Usage { tenant } => admin::usage(tenant).await,
         Cmd::Template(c) => template::run(c).await,
+        Cmd::Doctor(a) => doctor::run(a).await,
+        Cmd::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "glovebox", &mut out);
+            match std::io::stdout().write_all(&out) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("write completions"),
+                _ => Ok(0),
+            }
+        }
+        Cmd::Man { dir } => man_pages(&dir).map(|_| 0),
     }
+}
+
+/// `glovebox.1` and `glovebox-<sub>[-<subsub>].1` for every subcommand, from the CLI
+/// definition itself.
+fn man_pages(dir: &std::path::Path) -> Result<()> {
+    fn write(cmd: &clap::Command, name: &str, dir: &std::path::Path) -> Result<()> {
+        let cmd = cmd.clone().name(name.to_string());
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut out).with_context(|| format!("render {name}"))?;
+        std::fs::write(&path, out).with_context(|| format!("write {}", path.display()))?;
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            write(sub, &format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    write(&cmd, "glovebox", dir)?;
+    eprintln!("man pages written to {}", dir.display());
+    Ok(())
 }
 
 async fn serve(a: ServeArgs) -> Result<()> {

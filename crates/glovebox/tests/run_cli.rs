@@ -179,3 +179,42 @@ fn sandbox_and_files_subcommands() {
     assert!(o.stderr_str().contains("sandbox_gone"), "{}", o.stderr_str());
     d.shutdown_and_check_leaks();
 }
+
+#[test]
+fn doctor_reports_this_host_and_boots_a_sandbox() {
+    require_root!();
+    let dir = tempdir("gbtest-doctor-");
+    let mut c = cli_embedded(dir.path());
+    c.arg("doctor").arg("--data-dir").arg(dir.path());
+    let o = run_bounded(&mut c, None, T);
+    let out = o.stdout_str();
+    assert_eq!(o.code(), Some(0), "doctor failed:\n{out}\n{}", o.stderr_str());
+    // Every line is a verdict or the fix under one; the kernel and cgroup layout are named.
+    for l in out.lines().filter(|l| !l.starts_with("      → ") && !l.starts_with("glovebox doctor:")) {
+        assert!(["ok  ", "warn", "FAIL"].iter().any(|t| l.starts_with(t)), "unexpected line {l:?} in:\n{out}");
+    }
+    assert!(out.lines().any(|l| l.starts_with("ok    kernel ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("ok    cgroup v")), "{out}");
+    assert!(out.contains("ok    a sandbox boots and runs `true`"), "{out}");
+    assert!(out.ends_with("glovebox doctor: this host can run Glovebox\n"), "{out}");
+    // The check boots its sandbox in a throwaway data dir and leaves nothing.
+    assert_no_leaks(&ids_in_log(&o.stderr_str()), &[o.pid]);
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_cli() {
+    let dir = tempdir("gbtest-man-");
+    let mut c = cli_embedded(dir.path());
+    c.args(["completions", "bash"]);
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    assert!(o.stdout_str().contains("_glovebox()") && o.stdout_str().contains("doctor"), "{}", o.stdout_str());
+    let mut c = cli_embedded(dir.path());
+    c.arg("man").arg(dir.path().join("man1"));
+    let o = run_bounded(&mut c, None, T);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    let page = std::fs::read_to_string(dir.path().join("man1/glovebox-sandbox-exec.1")).expect("a page per subcommand");
+    assert!(page.contains(".TH glovebox-sandbox-exec"), "{page}");
+    let o = run_bounded(cli_embedded(dir.path()).args(["completions", "nosuchshell"]), None, T);
+    assert_eq!(o.code(), Some(2), "a bad shell is a usage error: {}", o.stderr_str());
+}

@@ -163,3 +163,9 @@ mod tests {
         assert_eq!(link_addrs(16_383).1, Ipv4Addr::new(10, 213, 255, 254));
     }
 }
+
+/// Whether nf_tables answers over netlink (for `glovebox doctor`): the number of `inet`
+/// tables the kernel lists.
+pub fn probe_nftables() -> std::result::Result<usize, String> {
+    nft::inet_tables().map(|t| t.len()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,312 @@
+//! `glovebox doctor`: what this host offers Glovebox, each check with its fix.
+//!
+//! Checks read what the kernel publishes (`/proc`, `/sys`), ask nf_tables over netlink, and
+//! finally boot one sandbox embedded and run `true` in it — the check that proves the rest
+//! (namespaces, cgroups, id-mapped mounts, seccomp, the agent) work together. Exit status 0
+//! when nothing failed (warnings allowed), 1 otherwise.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// The daemon's data directory (for the free-space and template checks).
+    #[arg(long, default_value = "/var/lib/glovebox", env = "GLOVEBOX_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Skip the last check (booting a sandbox).
+    #[arg(long)]
+    no_boot: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+struct Check {
+    level: Level,
+    what: String,
+    fix: Option<String>,
+}
+
+fn ok(what: impl Into<String>) -> Check {
+    Check { level: Level::Ok, what: what.into(), fix: None }
+}
+fn warn(what: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check { level: Level::Warn, what: what.into(), fix: Some(fix.into()) }
+}
+fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check { level: Level::Fail, what: what.into(), fix: Some(fix.into()) }
+}
+
+pub async fn run(a: DoctorArgs) -> Result<i32> {
+    let checks = [
+        kernel(),
+        root(),
+        user_namespaces(),
+        time_namespace(),
+        cgroups(),
+        filesystem("overlay", "overlayfs (template layers)", "load it: modprobe overlay"),
+        seccomp(),
+        landlock(),
+        nftables(),
+        template(&a.data_dir),
+        disk(&a.data_dir),
+    ];
+    let mut failed = 0;
+    let mut report = |c: &Check| {
+        let tag = match c.level {
+            Level::Ok => "ok  ",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        println!("{tag}  {}", c.what);
+        if let Some(f) = &c.fix {
+            println!("      → {f}");
+        }
+        if c.level == Level::Fail {
+            failed += 1;
+        }
+    };
+    for c in &checks {
+        report(c);
+    }
+    if !a.no_boot {
+        report(&boot().await);
+    }
+    println!(
+        "{}",
+        if failed == 0 {
+            "glovebox doctor: this host can run Glovebox".to_string()
+        } else {
+            format!("glovebox doctor: {failed} check(s) failed")
+        }
+    );
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// `6.1.0-18-amd64` → (6, 1).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+fn kernel() -> Check {
+    let release = read("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    match kernel_version(&release) {
+        // Id-mapped mounts (5.12) are what the root filesystem needs; time namespaces 5.6.
+        Some(v) if v >= (5, 12) => ok(format!("kernel {release}")),
+        Some(_) => fail(format!("kernel {release}"), "Glovebox needs Linux 5.12 or later (id-mapped mounts)"),
+        None => warn(format!("kernel version unreadable ({release:?})"), "check /proc/sys/kernel/osrelease"),
+    }
+}
+
+fn root() -> Check {
+    let status = read("/proc/self/status").unwrap_or_default();
+    let euid = status.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2));
+    if euid == Some("0") {
+        ok("running as root")
+    } else {
+        fail(
+            "not running as root",
+            "run the daemon (and this check) as root: sandboxes need namespaces, cgroups and mounts",
+        )
+    }
+}
+
+fn user_namespaces() -> Check {
+    match read("/proc/sys/user/max_user_namespaces").and_then(|s| s.trim().parse::<u64>().ok()) {
+        Some(0) => {
+            fail("user namespaces disabled (user.max_user_namespaces = 0)", "sysctl -w user.max_user_namespaces=15000")
+        }
+        Some(n) => ok(format!("user namespaces (max {n})")),
+        None => fail("user namespaces unavailable", "a kernel built with CONFIG_USER_NS is needed"),
+    }
+}
+
+fn time_namespace() -> Check {
+    if Path::new("/proc/self/ns/time").exists() {
+        ok("time namespaces")
+    } else {
+        warn("no time namespaces", "sandboxes share the host's monotonic clock offsets (Linux 5.6+ has them)")
+    }
+}
+
+fn cgroups() -> Check {
+    let root = Path::new("/sys/fs/cgroup");
+    let v2_controllers =
+        read("/sys/fs/cgroup/cgroup.controllers").or_else(|| read("/sys/fs/cgroup/unified/cgroup.controllers"));
+    match glovebox_jail::cgroup::detect(root).map(|d| d.version()) {
+        Ok(glovebox_jail::cgroup::Version::V2) => {
+            ok(format!("cgroup v2 (controllers: {})", v2_controllers.unwrap_or_default().trim()))
+        }
+        Ok(_) => {
+            let mounted: Vec<&str> = ["memory", "pids", "cpu", "cpuset", "blkio", "freezer"]
+                .into_iter()
+                .filter(|c| root.join(c).join("tasks").exists() || root.join(c).join("cgroup.procs").exists())
+                .collect();
+            let v2 = match v2_controllers.as_deref().map(str::trim) {
+                Some("") => "; v2 has no controllers".to_string(),
+                Some(c) => format!("; v2: {c}"),
+                None => String::new(),
+            };
+            let c = format!("cgroup v1 hybrid ({}{v2})", mounted.join(", "));
+            if mounted.contains(&"freezer") {
+                ok(c)
+            } else {
+                warn(c, "no freezer hierarchy: pause/resume is unavailable")
+            }
+        }
+        Err(e) => fail(format!("cgroups: {e}"), "mount cgroup2 on /sys/fs/cgroup with memory, pids and cpu enabled"),
+    }
+}
+
+fn filesystem(name: &str, what: &str, fix: &str) -> Check {
+    let known = read("/proc/filesystems").unwrap_or_default();
+    if known.lines().any(|l| l.split_whitespace().last() == Some(name)) {
+        ok(what)
+    } else {
+        fail(format!("{what}: not available"), fix)
+    }
+}
+
+fn seccomp() -> Check {
+    let status = read("/proc/self/status").unwrap_or_default();
+    if status.lines().any(|l| l.starts_with("Seccomp:")) {
+        ok("seccomp filters")
+    } else {
+        fail("seccomp unavailable", "a kernel built with CONFIG_SECCOMP_FILTER is needed")
+    }
+}
+
+fn landlock() -> Check {
+    let Some(lsms) = read("/sys/kernel/security/lsm") else {
+        return warn(
+            "Landlock: cannot tell (securityfs is not mounted on /sys/kernel/security)",
+            "optional today; `mount -t securityfs securityfs /sys/kernel/security` lets this check see the active LSMs",
+        );
+    };
+    if lsms.split(',').any(|l| l.trim() == "landlock") {
+        ok(format!("Landlock LSM active ({})", lsms.trim()))
+    } else {
+        warn(
+            format!("Landlock LSM not active (active: {})", lsms.trim()),
+            "optional today; boot with lsm=…,landlock to enable it",
+        )
+    }
+}
+
+fn nftables() -> Check {
+    match glovebox_daemon::net::probe_nftables() {
+        Ok(n) => ok(format!("nf_tables over netlink ({n} inet tables)")),
+        Err(e) => fail(format!("nf_tables: {e}"), "network policies need nf_tables (modprobe nf_tables)"),
+    }
+}
+
+fn template(data_dir: &Path) -> Check {
+    let dir =
+        std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from).unwrap_or_else(|| data_dir.join("templates"));
+    if dir.join("code-interpreter").is_dir() {
+        ok(format!("template code-interpreter built ({})", dir.display()))
+    } else {
+        warn(
+            "template code-interpreter not built",
+            "glovebox template build -f templates/code-interpreter/Dockerfile -t code-interpreter",
+        )
+    }
+}
+
+fn disk(data_dir: &Path) -> Check {
+    // The data dir may not exist yet: its nearest existing ancestor is where it will live.
+    let mut at = data_dir;
+    while !at.exists() {
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    match rustix::fs::statvfs(at) {
+        Ok(s) => {
+            let free = s.f_bavail * s.f_frsize;
+            let gib = free as f64 / (1u64 << 30) as f64;
+            let what = format!("{gib:.1} GiB free for {}", data_dir.display());
+            if free < 2 << 30 {
+                warn(what, "templates and sandboxes' writes need space: keep a few GiB free")
+            } else {
+                ok(what)
+            }
+        }
+        Err(e) => warn(format!("free space of {}: {e}", at.display()), "check the data directory"),
+    }
+}
+
+async fn boot() -> Check {
+    let dir = match tempfile_dir() {
+        Ok(d) => d,
+        Err(e) => return fail(format!("boot a sandbox: {e}"), "check /tmp"),
+    };
+    let started = Instant::now();
+    let result = async {
+        let e = crate::embedded::Embedded::start(&dir).await?;
+        let client = crate::client::Client::new(&e.url, &e.key)?;
+        let r = async {
+            let sb = client.create(&glovebox_proto::api::CreateSandbox::default()).await?;
+            let exec = glovebox_proto::api::ExecRequest {
+                cmd: glovebox_proto::api::Command::Argv(vec!["true".into()]),
+                cwd: None,
+                env: Default::default(),
+                stdin: None,
+                stdin_base64: None,
+                timeout_ms: None,
+                max_output_bytes: None,
+                output_tail_bytes: None,
+                encoding: glovebox_proto::api::Encoding::Utf8,
+                background: false,
+            };
+            let r: Result<glovebox_proto::api::ExecResult> = client
+                .json(client.req(reqwest::Method::POST, &format!("/v1/sandboxes/{}/exec", sb.id)).json(&exec))
+                .await;
+            let _ = client.kill(&sb.id).await;
+            r.map(|r| r.exit_code)
+        }
+        .await;
+        e.stop().await;
+        r
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(0) => ok(format!("a sandbox boots and runs `true` ({} ms, embedded)", started.elapsed().as_millis())),
+        Ok(code) => {
+            fail(format!("a sandbox ran `true` with exit code {code}"), "see GLOVEBOX_LOG=debug glovebox run -- true")
+        }
+        Err(e) => fail(format!("a sandbox did not boot: {e:#}"), "see GLOVEBOX_LOG=debug glovebox run -- true"),
+    }
+}
+
+fn tempfile_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("glovebox-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions_parse() {
+        assert_eq!(kernel_version("6.1.0-18-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("5.15.153.1-microsoft-standard-WSL2"), Some((5, 15)));
+        assert_eq!(kernel_version("garbage"), None);
+    }
+}
