@@ -133,6 +133,12 @@ pub fn cut_stale_link(slot: u32) {
     }
 }
 
+/// Whether nf_tables answers over netlink (for `glovebox doctor`): the number of `inet`
+/// tables the kernel lists.
+pub fn probe_nftables() -> std::result::Result<usize, String> {
+    nft::inet_tables().map(|t| t.len()).map_err(|e| e.to_string())
+}
+
 /// Removes the tables (and links) of Glovebox processes that are no longer running.
 pub fn reap_stale_tables() {
     let tables = match nft::inet_tables() {
@@ -162,10 +168,4 @@ mod tests {
         assert_eq!(link_addrs(1), (Ipv4Addr::new(10, 213, 0, 5), Ipv4Addr::new(10, 213, 0, 6)));
         assert_eq!(link_addrs(16_383).1, Ipv4Addr::new(10, 213, 255, 254));
     }
-}
-
-/// Whether nf_tables answers over netlink (for `glovebox doctor`): the number of `inet`
-/// tables the kernel lists.
-pub fn probe_nftables() -> std::result::Result<usize, String> {
-    nft::inet_tables().map(|t| t.len()).map_err(|e| e.to_string())
 }
