@@ -1,5 +1,7 @@
-//! `glovebox template …`: build, list, remove templates and collect unused layers, through
-//! the daemon. A build prints one line per step (`Step 2/5 : RUN …`, `(cached)` when its
+//! `glovebox template …`: build, list, remove templates and collect unused layers. Like
+//! `run`, it uses the daemon at `$GLOVEBOX_URL`; without it, the local daemon if one answers
+//! at the default address with the data dir's key, else the daemon embedded in this process
+//! on the data dir (no daemon to start, no key to set). A build prints one line per step (`Step 2/5 : RUN …`, `(cached)` when its
 //! layer is reused) and the step's output; exit code 1 when the build fails, 125 when
 //! Glovebox itself fails.
 
@@ -13,6 +15,8 @@ use futures_util::StreamExt;
 use glovebox_proto::api::{BuildLine, BuildTemplate, Resources, TemplateInfo, TemplateList};
 use reqwest::Method;
 
+use crate::client::Client;
+use crate::embedded::Embedded;
 use crate::units;
 
 #[derive(Subcommand)]
@@ -52,7 +56,32 @@ pub enum TemplateCmd {
 }
 
 pub async fn run(c: TemplateCmd) -> Result<i32> {
-    let client = crate::remote()?;
+    let (client, embedded) = connect().await?;
+    let r = command(&client, c).await;
+    if let Some(e) = embedded {
+        e.stop().await;
+    }
+    r
+}
+
+/// The daemon to talk to, and the embedded one to stop afterwards if that is what it is.
+async fn connect() -> Result<(Client, Option<Embedded>)> {
+    if std::env::var_os("GLOVEBOX_URL").is_some() {
+        return Ok((crate::remote()?, None));
+    }
+    if let Ok(client) = crate::remote() {
+        if client.send(client.req(Method::GET, "/healthz")).await.is_ok() {
+            return Ok((client, None));
+        }
+    }
+    let data_dir =
+        std::env::var_os("GLOVEBOX_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/lib/glovebox".into());
+    eprintln!("no daemon answers at 127.0.0.1:7171: working on {} directly", data_dir.display());
+    let e = Embedded::start(&data_dir).await?;
+    Ok((Client::new(&e.url, &e.key)?, Some(e)))
+}
+
+async fn command(client: &Client, c: TemplateCmd) -> Result<i32> {
     match c {
         TemplateCmd::Build { file, name, cpus, memory, disk, no_cache, build_args, context } => {
             let dockerfile = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
@@ -73,7 +102,7 @@ pub async fn run(c: TemplateCmd) -> Result<i32> {
                 },
                 context_tar_base64,
             };
-            build(&client, &req).await
+            build(client, &req).await
         }
         TemplateCmd::Ls => {
             let l: TemplateList = client.json(client.req(Method::GET, "/v1/templates")).await?;
@@ -106,13 +135,14 @@ pub async fn run(c: TemplateCmd) -> Result<i32> {
 }
 
 /// Streams a build, printing progress; 0 when the template was saved, 1 when it failed.
-async fn build(client: &crate::client::Client, req: &BuildTemplate) -> Result<i32> {
+async fn build(client: &Client, req: &BuildTemplate) -> Result<i32> {
     let resp = client
         .send(client.req(Method::POST, "/v1/templates").header("accept", "application/x-ndjson").json(req))
         .await?;
     let mut body = resp.bytes_stream();
     let mut buf: Vec<u8> = Vec::new();
-    let mut err = std::io::stderr().lock();
+    // Not locked across the stream: an embedded daemon in this process logs to stderr too.
+    let mut err = std::io::stderr();
     while let Some(chunk) = body.next().await {
         buf.extend_from_slice(&chunk.context("reading the build log")?);
         while let Some(nl) = buf.iter().position(|b| *b == b'\n') {

@@ -218,3 +218,29 @@ fn completions_and_man_pages_come_from_the_cli() {
     let o = run_bounded(cli_embedded(dir.path()).args(["completions", "nosuchshell"]), None, T);
     assert_eq!(o.code(), Some(2), "a bad shell is a usage error: {}", o.stderr_str());
 }
+
+#[test]
+fn template_commands_work_embedded_without_a_daemon() {
+    require_root!();
+    let dir = tempdir("gbtest-tplembed-");
+    let spec = dir.path().join("Dockerfile");
+    std::fs::write(&spec, "FROM host\nRUN echo built-here > /opt/marker\n").unwrap();
+    let t = Duration::from_secs(120);
+    let cli = |args: &[&str]| {
+        let mut c = cli_embedded(dir.path());
+        c.args(args);
+        run_bounded(&mut c, None, t)
+    };
+    let o = cli(&["template", "build", "-f", spec.to_str().unwrap(), "-t", "embedded-tpl"]);
+    assert_eq!(o.code(), Some(0), "build: {}\n{}", o.stdout_str(), o.stderr_str());
+    assert!(o.stderr_str().contains("working on"), "says it runs embedded: {}", o.stderr_str());
+    assert!(o.stderr_str().contains("Step 1/"), "progress lines: {}", o.stderr_str());
+    let o = cli(&["template", "ls"]);
+    assert!(o.stdout_str().lines().any(|l| l.starts_with("embedded-tpl ")), "ls: {}", o.stdout_str());
+    let o = cli(&["run", "--template", "embedded-tpl", "--", "cat", "/opt/marker"]);
+    assert_out(&o, 0, "built-here\n");
+    let o = cli(&["template", "rm", "embedded-tpl"]);
+    assert_eq!(o.code(), Some(0), "rm: {}", o.stderr_str());
+    let o = cli(&["template", "ls"]);
+    assert!(!o.stdout_str().contains("embedded-tpl"), "removed: {}", o.stdout_str());
+}
