@@ -60,6 +60,60 @@ pub struct Templates {
     pub(crate) gc_lock: tokio::sync::RwLock<()>,
     /// Names being built (one build per name at a time).
     building: std::sync::Mutex<BTreeSet<String>>,
+    /// Automatic builds of shipped templates, by name.
+    auto: std::sync::Mutex<std::collections::BTreeMap<String, AutoBuild>>,
+}
+
+/// A template whose spec ships with Glovebox: a sandbox asking for it before it is built
+/// has the daemon build it.
+pub struct Shipped {
+    pub name: &'static str,
+    pub dockerfile: &'static str,
+    /// How to build it by hand (the hint of a "not built" error).
+    pub build_with: &'static str,
+}
+
+const SHIPPED: &[Shipped] = &[Shipped {
+    name: "code-interpreter",
+    dockerfile: include_str!("../../../../templates/code-interpreter/Dockerfile"),
+    build_with: "glovebox template build -f templates/code-interpreter/Dockerfile -t code-interpreter",
+}];
+
+pub fn shipped(name: &str) -> Option<&'static Shipped> {
+    SHIPPED.iter().find(|s| s.name == name)
+}
+
+/// Where an automatic build stands: the step running (1-based) of how many, or how it failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AutoBuild {
+    Running { step: usize, total: usize },
+    Failed(String),
+}
+
+impl AutoBuild {
+    /// What a create asking for the template is told meanwhile.
+    pub fn message(&self, name: &str) -> String {
+        match self {
+            AutoBuild::Running { step, total } if *total > 0 => format!(
+                "building template {name}, {}% (step {step}/{total}); retry in a few seconds",
+                (step.saturating_sub(1)) * 100 / total
+            ),
+            AutoBuild::Running { .. } => format!("building template {name}, 0% (preparing); retry in a few seconds"),
+            AutoBuild::Failed(e) => format!("building template {name} failed: {e}"),
+        }
+    }
+}
+
+/// The built template `name` of `store`, as the manager starts it.
+pub fn from_store(store: &Store, name: &str) -> Option<Template> {
+    let meta = store.load(name)?;
+    Some(Template {
+        name: meta.name.clone(),
+        layers: meta.layers.iter().map(|l| store.layer_fs(l)).collect(),
+        preload: meta.preload.clone(),
+        host_usr: meta.host_usr,
+        defaults: Some(Arc::new(meta)),
+    })
 }
 
 impl Templates {
@@ -71,7 +125,13 @@ impl Templates {
         });
         let mini = run_dir.join("base").join(format!("mini-{}", std::process::id()));
         build_mini_skel(&mini).map_err(|e| Error::Internal(format!("mini skeleton: {e}")))?;
-        Ok(Templates { store, mini, gc_lock: tokio::sync::RwLock::new(()), building: Default::default() })
+        Ok(Templates {
+            store,
+            mini,
+            gc_lock: tokio::sync::RwLock::new(()),
+            building: Default::default(),
+            auto: Default::default(),
+        })
     }
 
     /// The bottom layer under whole-root images: mount points, `/home/user`, the kernels.
@@ -81,14 +141,20 @@ impl Templates {
 
     /// A built template as the manager starts it.
     pub fn get(&self, name: &str) -> Option<Template> {
-        let meta = self.store.load(name)?;
-        Some(Template {
-            name: meta.name.clone(),
-            layers: meta.layers.iter().map(|l| self.store.layer_fs(l)).collect(),
-            preload: meta.preload.clone(),
-            host_usr: meta.host_usr,
-            defaults: Some(Arc::new(meta)),
-        })
+        from_store(&self.store, name)
+    }
+
+    /// Where the automatic build of shipped template `name` stands.
+    pub fn auto_build(&self, name: &str) -> Option<AutoBuild> {
+        self.auto.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    pub fn set_auto_build(&self, name: &str, state: Option<AutoBuild>) {
+        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
+        match state {
+            Some(s) => auto.insert(name.to_string(), s),
+            None => auto.remove(name),
+        };
     }
 
     /// Marks `name` as being built; false if it already is.
