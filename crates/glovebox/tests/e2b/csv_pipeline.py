@@ -1,5 +1,5 @@
-"""The seed tutorial's CSV pipeline, unchanged, on the default (deny-all) network: upload a
-CSV, `pip install pandas matplotlib seaborn` inside the sandbox (satisfied offline: the
+"""The seed tutorial's CSV pipeline, unchanged, on Glovebox's default deny-all network (asked
+for explicitly: the E2B SDK's own default is internet access): upload a CSV, `pip install pandas matplotlib seaborn` inside the sandbox (satisfied offline: the
 code-interpreter template has them), agent code using pandas + seaborn that saves
 /home/user/plot.png, then download the plot."""
 
@@ -10,7 +10,11 @@ from checks import check, done
 rows = ["city,month,sales"] + [f"{c},{m},{(i * 37 + m * 11) % 200}" for i, c in enumerate(["oslo", "lima", "pune"]) for m in range(1, 13)]
 csv = "\n".join(rows) + "\n"
 
-sbx = Sandbox.create(timeout=300)
+sbx = Sandbox.create(timeout=300, allow_internet_access=False)
+# Deny-all is a network namespace with loopback only (checked without sending a packet).
+links = sbx.commands.run("cat /proc/net/dev")
+names = [line.split(":")[0].strip() for line in links.stdout.splitlines()[2:]]
+check("the sandbox has only loopback", names == ["lo"], links.stdout)
 info = sbx.files.write("/home/user/sales.csv", csv)
 check("the CSV is uploaded", info.path == "/home/user/sales.csv", info)
 
@@ -39,7 +43,5 @@ check("the last expression is the row count", execution.text == "36", execution.
 png = sbx.files.read("/home/user/plot.png", format="bytes")
 check("plot.png downloads as a PNG", bytes(png[:8]) == b"\x89PNG\r\n\x1a\n" and len(png) > 3000, len(png))
 
-net = sbx.commands.run("python3 -c \"import urllib.request; urllib.request.urlopen('https://pypi.org', timeout=3)\"", timeout=30)
-check("the network stayed closed", net.exit_code != 0, net.exit_code)
 sbx.kill()
 done("csv pipeline")
