@@ -444,3 +444,32 @@ async fn next_line(st: &mut KState) -> Result<Option<serde_json::Value>> {
 pub async fn prewarm(kernels: &Kernels, t: &Target<'_>, preload: Option<&str>) -> Result<()> {
     kernels.default_for(Language::Python, preload).ensure(t).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_listed_first_then_contexts_in_the_order_made() {
+        let ks = Kernels::default();
+        for id in ["ctx-zz", "ctx-aa"] {
+            ks.insert(Arc::new(Kernel::new(id.into(), Language::R, None, None)));
+        }
+        ks.default_for(Language::Javascript, None);
+        ks.default_for(Language::Python, Some("numpy"));
+        let ids: Vec<String> = ks.list().into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["javascript", "python", "ctx-zz", "ctx-aa"]);
+    }
+
+    #[test]
+    fn every_language_has_a_kernel_program() {
+        for lang in
+            [Language::Python, Language::Javascript, Language::Typescript, Language::Bash, Language::R, Language::Java]
+        {
+            let argv = argv(lang);
+            let file = argv.iter().find(|a| a.starts_with(KERNEL_DIR)).expect("a kernel file");
+            let name = file.trim_start_matches(KERNEL_DIR).trim_start_matches('/');
+            assert!(KERNEL_FILES.iter().any(|(n, _)| *n == name), "{name} is not embedded");
+        }
+    }
+}

@@ -230,3 +230,34 @@ pub(crate) fn context_path(ctx: &Path, rel: &str) -> Option<PathBuf> {
     }
     Some(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_specs_parse() {
+        let s = shipped("code-interpreter").expect("code-interpreter ships");
+        let spec = spec::parse(s.dockerfile, &Default::default()).expect("the shipped spec parses");
+        assert_eq!(spec.from, "host");
+        assert!(s.dockerfile.contains("seaborn=="), "E2B's package set, pinned");
+        assert!(shipped("base").is_none() && shipped("nope").is_none());
+    }
+
+    #[test]
+    fn auto_build_messages_say_how_far() {
+        let m = |a: AutoBuild| a.message("code-interpreter");
+        assert_eq!(
+            m(AutoBuild::Running { step: 0, total: 0 }),
+            "building template code-interpreter, 0% (preparing); retry in a few seconds"
+        );
+        assert_eq!(
+            m(AutoBuild::Running { step: 3, total: 4 }),
+            "building template code-interpreter, 50% (step 3/4); retry in a few seconds"
+        );
+        assert_eq!(
+            m(AutoBuild::Failed("step 2: exit 1".into())),
+            "building template code-interpreter failed: step 2: exit 1"
+        );
+    }
+}
