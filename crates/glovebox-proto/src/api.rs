@@ -686,7 +686,7 @@ pub enum Language {
     Python,
     #[serde(alias = "js", alias = "node")]
     Javascript,
-    /// Transpiled per cell to JavaScript and run by the Node kernel.
+    // Transpiled per cell to JavaScript and run by the Node kernel.
     #[serde(alias = "ts")]
     Typescript,
     #[serde(alias = "sh", alias = "shell")]
