@@ -177,18 +177,19 @@ pub fn ensure_shipped(m: &Arc<Manager>, name: &str) -> crate::error::Result<()> 
     if !m.cfg.auto_build || m.template(name).is_ok() {
         return Ok(());
     }
-    let state = match m.templates.auto_build(name) {
-        Some(s @ AutoBuild::Running { .. }) => s,
-        last => {
+    let state = match m.templates.claim_auto_build(name) {
+        Err(running) => running,
+        Ok(last) => {
             let req = BuildTemplate {
                 name: name.to_string(),
                 dockerfile: shipped.dockerfile.to_string(),
                 ..Default::default()
             };
-            let checked = check(req)
-                .map_err(|f| crate::error::Error::Internal(format!("shipped spec of {name}: {}", f.message)))?;
+            let checked = check(req).map_err(|f| {
+                m.templates.set_auto_build(name, None);
+                crate::error::Error::Internal(format!("shipped spec of {name}: {}", f.message))
+            })?;
             let running = AutoBuild::Running { step: 0, total: 0 };
-            m.templates.set_auto_build(name, Some(running.clone()));
             tracing::info!(template = name, "building the shipped template (a sandbox asked for it)");
             let (tx, mut rx) = mpsc::channel::<BuildLine>(64);
             let (m2, n2) = (m.clone(), name.to_string());

@@ -144,9 +144,14 @@ impl Templates {
         from_store(&self.store, name)
     }
 
-    /// Where the automatic build of shipped template `name` stands.
-    pub fn auto_build(&self, name: &str) -> Option<AutoBuild> {
-        self.auto.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    /// Marks an automatic build of `name` as started, unless one is running: `Err` with the
+    /// running one's state, else `Ok` with how the last one ended (if it failed).
+    pub fn claim_auto_build(&self, name: &str) -> std::result::Result<Option<AutoBuild>, AutoBuild> {
+        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
+        match auto.get(name) {
+            Some(running @ AutoBuild::Running { .. }) => Err(running.clone()),
+            _ => Ok(auto.insert(name.to_string(), AutoBuild::Running { step: 0, total: 0 })),
+        }
     }
 
     pub fn set_auto_build(&self, name: &str, state: Option<AutoBuild>) {
@@ -242,6 +247,21 @@ mod tests {
         assert_eq!(spec.from, "host");
         assert!(s.dockerfile.contains("seaborn=="), "E2B's package set, pinned");
         assert!(shipped("base").is_none() && shipped("nope").is_none());
+    }
+
+    #[test]
+    fn one_automatic_build_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::open(&dir.path().join("data"), &dir.path().join("run")).unwrap();
+        assert_eq!(t.claim_auto_build("code-interpreter"), Ok(None));
+        let running = AutoBuild::Running { step: 0, total: 0 };
+        assert_eq!(t.claim_auto_build("code-interpreter"), Err(running), "a second create waits");
+        t.set_auto_build("code-interpreter", Some(AutoBuild::Failed("boom".into())));
+        assert_eq!(
+            t.claim_auto_build("code-interpreter"),
+            Ok(Some(AutoBuild::Failed("boom".into()))),
+            "a failure is retried"
+        );
     }
 
     #[test]
