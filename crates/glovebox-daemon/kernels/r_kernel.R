@@ -18,14 +18,15 @@
 # * `base_env` is set with Sys.setenv for good; `env` only for the cell, then restored.
 # * Output is captured with sink(): processes started with system() write straight to the
 #   protocol stream, where the daemon skips lines that are not events (their output is lost).
-# * SIGINT while a cell runs interrupts it (error KeyboardInterrupt, state kept).
+# * SIGINT while a cell runs interrupts it (error KeyboardInterrupt, state kept); SIGINT
+#   while idle is ignored.
 
 suppressPackageStartupMessages(library(jsonlite))
 
 .glovebox <- new.env()
 # Events go to fd 1 through a connection of their own: sink() diverts stdout() while a
 # cell runs, and a warning reported mid-cell must still reach the daemon.
-.glovebox$out <- file("/dev/stdout", open = "w")
+.glovebox$out <- file("/dev/stdout", open = "w", raw = TRUE)
 .glovebox$count <- 0L
 
 .glovebox$send <- function(ev) {
@@ -94,7 +95,13 @@ suppressPackageStartupMessages(library(jsonlite))
       call <- conditionCall(failed)
       # A top-level stop() has the kernel's own eval() as its call.
       if (!is.null(call) && identical(call[[1]], quote(eval))) call <- NULL
-      tb <- if (is.null(call)) paste("Error:", msg) else paste0("Error in ", deparse(call)[[1]], ": ", msg)
+      tb <- if (inherits(failed, "interrupt")) {
+        "KeyboardInterrupt: interrupted by SIGINT"
+      } else if (is.null(call)) {
+        paste("Error:", msg)
+      } else {
+        paste0("Error in ", deparse(call)[[1]], ": ", msg)
+      }
       .glovebox$send(list(type = "error", id = id, name = .glovebox$error_name(failed),
                           value = msg, traceback = tb))
       break
@@ -131,6 +138,9 @@ suppressPackageStartupMessages(library(jsonlite))
   repeat {
     line <- tryCatch(readLines(input, n = 1, warn = FALSE), interrupt = function(e) "")
     if (length(line) == 0) break
+    # A SIGINT that came while idle is pending until R next checks for one: take it here,
+    # so it neither ends the kernel nor interrupts the next cell.
+    tryCatch(Sys.sleep(0.001), interrupt = function(e) NULL)
     if (!nzchar(trimws(line))) next
     req <- tryCatch(jsonlite::fromJSON(line, simplifyVector = FALSE), error = function(e) NULL)
     if (!is.list(req) || !is.character(req$id)) {

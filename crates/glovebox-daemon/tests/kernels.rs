@@ -707,6 +707,26 @@ fn r_values_print_as_at_the_console() {
 }
 
 #[test]
+fn r_and_java_interrupts_keep_state() {
+    if works("Rscript", &["-e", "library(jsonlite)"]) {
+        let mut k = Kernel::r();
+        assert_no_error(&k.run("kept <- 3"));
+        k.sigint();
+        let exec = k.run_and_interrupt("cat('started\\n')\nrepeat { x <- 1 }");
+        assert_eq!(exec.error_name(), Some("KeyboardInterrupt"), "{exec:?}");
+        assert_eq!(k.run("kept").main_text(), Some("[1] 3"));
+    }
+    if works("java", &["-version"]) {
+        let mut k = Kernel::java();
+        assert_no_error(&k.run("int kept = 3;"));
+        k.sigint();
+        let exec = k.run_and_interrupt("System.out.println(\"started\"); while (true) {}");
+        assert_eq!(exec.error_name(), Some("KeyboardInterrupt"), "{exec:?}");
+        assert_eq!(k.run("kept").main_text(), Some("3"));
+    }
+}
+
+#[test]
 fn java_snippets_run_in_one_jshell() {
     if !works("java", &["-version"]) {
         println!("skip java_snippets_run_in_one_jshell: no JDK");
