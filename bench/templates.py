@@ -75,8 +75,8 @@ def main():
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--density", type=int, default=100)
     a = ap.parse_args()
-    if not os.path.isdir(os.path.join(a.templates, "code-interpreter/rootfs")):
-        sys.exit(f"no code-interpreter layer in {a.templates}: run scripts/build-code-interpreter {a.templates}")
+    if not os.path.isfile(os.path.join(a.templates, "templates/code-interpreter.json")):
+        sys.exit(f"no code-interpreter template in {a.templates}: run scripts/build-code-interpreter {a.templates}")
     data = tempfile.mkdtemp(prefix="gb-tplbench-")
     port, key = free_port(), "bench-" + os.urandom(8).hex()
     env = dict(os.environ, GLOVEBOX_TEMPLATES_DIR=a.templates, GLOVEBOX_LOG="warn")
@@ -91,7 +91,7 @@ def main():
                 break
             except OSError:
                 time.sleep(0.1)
-        layer = du(os.path.join(a.templates, "code-interpreter/rootfs"))
+        layer = du(os.path.join(a.templates, "layers"))
         # A big template without kernels: ~250 MB in 2 000 files, built through the API.
         spec = ("FROM host\nRUN mkdir -p /opt/big && cd /opt/big && "
                 "for i in $(seq 1 2000); do head -c 131072 /dev/urandom > f$i; done\n")

@@ -31,8 +31,9 @@ Decisions:
   bash's message and is not run.
 * A cell that ends the shell (``exit``, ``exec``, ``set -e`` and a failure) gets
   ``ShellExited``; a fresh shell is started, and its state is lost.
-* ``env`` is exported before the cell and kept afterwards (not restored).  Names must be
-  shell identifiers.
+* ``base_env`` (the sandbox's environment, with the first cell) is exported for good;
+  ``env`` only for the cell: afterwards each of its names gets back its old value (or is
+  unset).  Names must be shell identifiers.
 * Output written while no cell runs carries the id of the most recent cell; output from
   before ``ready`` (bash's start-up notices) is dropped.  At an interrupt bash prints a
   newline, and it reports background jobs (``[1] 1234``) on stderr, as at a terminal.
@@ -284,12 +285,13 @@ class Kernel:
             return
         code = request.get("code")
         env = request.get("env") or {}
+        base = request.get("base_env") or {}
         if not isinstance(code, str):
             self._protocol_error(rid, "request needs a string \"code\"")
-        elif not isinstance(env, dict) or not all(_valid_env(k, v) for k, v in env.items()):
+        elif not all(isinstance(m, dict) and all(_valid_env(k, v) for k, v in m.items()) for m in (env, base)):
             self._protocol_error(rid, "\"env\" must map shell variable names to strings")
         else:
-            self._run_cell(rid, code, {k: str(v) for k, v in env.items()})
+            self._run_cell(rid, code, {k: str(v) for k, v in env.items()}, {k: str(v) for k, v in base.items()})
             return
         self._send({"type": "end", "id": rid, "execution_count": self.count})
 
@@ -300,7 +302,7 @@ class Kernel:
         self._send({"type": "error", "id": self.output_id, "name": name, "value": value,
                     "traceback": value if traceback is None else traceback})
 
-    def _run_cell(self, rid, code, env):
+    def _run_cell(self, rid, code, env, base):
         self._sync_output()
         with self.lock:
             self.output_id = rid
@@ -326,7 +328,7 @@ class Kernel:
                 return
         except (OSError, subprocess.TimeoutExpired):
             pass  # Cannot check; let the shell report it.
-        status = self._run_in_shell(n, path, env)
+        status = self._run_in_shell(n, path, env, base)
         self._sync_output()
         if status is None:
             code_ = self.shell.proc.wait()
@@ -340,14 +342,21 @@ class Kernel:
             self._error("ExitCode", f"exit status {status}")
         self._end(rid, path)
 
-    def _run_in_shell(self, n, path, env):
+    def _run_in_shell(self, n, path, env, base):
         ctl = self.shell.ctl
         lines = []
+        if base:
+            lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in base.items()) + "\n")
+        restore = ""
         if env:
+            names = " ".join(env)
+            # `declare -p` of the names set before the cell, replayed afterwards.
+            lines.append(f"__glovebox_saved=$(builtin declare -p {names} 2>/dev/null)\n")
             lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "\n")
+            restore = f"builtin unset {names}; builtin eval \"$__glovebox_saved\"; "
         lines.append(f"source {shlex.quote(path)} </dev/null {ctl}>&-\n")
         # Report the status, then leave it in $? for the next cell.
-        lines.append(f"__glovebox_status=$?; builtin printf '%s %s\\n' {n} \"$__glovebox_status\" >&{ctl}; "
+        lines.append(f"__glovebox_status=$?; {restore}builtin printf '%s %s\\n' {n} \"$__glovebox_status\" >&{ctl}; "
                      "(exit $__glovebox_status)\n")
         self.interrupted = False
         self.shell.write("".join(lines))

@@ -23,7 +23,17 @@
 // * The main result is the cell's completion value (what the REPL prints) as text/plain
 //   via util.inspect; undefined gives no result. `display(value)` and
 //   `display.html(s)`/`.markdown`/`.svg`/`.png`/`.json`/`.latex` give non-main results.
-// * `env` is set in process.env before the cell and kept afterwards (not restored).
+// * `base_env` (the sandbox's environment, with the first cell) is set in process.env for
+//   good; `env` only for the cell: afterwards each of its names gets back its old value.
+// * Static `import` declarations at the start of a line (`import x from 'm'`,
+//   `import { a as b } from 'm'`, `import * as ns from 'm'`, `import 'm'`) become dynamic
+//   imports awaited in place (so such a cell runs as an async cell); bare names resolve from
+//   the kernel's starting directory, then as Node's own `import()` would.
+// * A string value's text/plain is the string itself (as E2B shows it); other values are
+//   util.inspect'ed.
+// * Started with `--typescript`, the kernel transpiles each cell with the `typescript`
+//   package (found next to the cell's directory or among global npm packages) before
+//   running it: types are erased, nothing is type-checked.
 // * Output: fds 1 and 2 are FIFOs drained by a worker thread (so child processes started
 //   with stdio "inherit" are captured), process.stdout/stderr write to them
 //   synchronously, fd 0 is /dev/null. The protocol channel moves to private fds reopened
@@ -530,7 +540,7 @@ function bundle(value) {
       }
     }
   }
-  data['text/plain'] = util.inspect(value);
+  data['text/plain'] = typeof value === 'string' ? value : util.inspect(value);
   return data;
 }
 
@@ -630,6 +640,87 @@ let interruptCell = null;
 globalThis.require = Module.createRequire(path.join(process.cwd(), '[cell]'));
 globalThis.display = display;
 
+// ---- ESM imports and TypeScript -------------------------------------------------------
+
+const TYPESCRIPT = process.argv.includes('--typescript');
+const IMPORT_KEY = 'glovebox.kernel.import';
+const cellRequire = globalThis.require;
+
+globalThis[Symbol.for(IMPORT_KEY)] = (spec) => {
+  let target = spec;
+  if (!/^[a-z][a-z0-9+.-]*:/i.test(spec) && !Module.builtinModules.includes(spec)) {
+    try {
+      target = require('url').pathToFileURL(cellRequire.resolve(spec)).href;
+    } catch {
+      if (spec.startsWith('.') || spec.startsWith('/')) {
+        target = require('url').pathToFileURL(path.resolve(process.cwd(), spec)).href;
+      }
+    }
+  }
+  return import(target);
+};
+
+const IMPORT_RE = /^([ \t]*)import[ \t]+(?:([\w$]+)[ \t]*(?:,[ \t]*)?)?(\{[^}]*\}|\*[ \t]*as[ \t]+[\w$]+)?[ \t]*(?:from[ \t]*)?(['"])([^'"\n]+)\4[ \t]*;?/gm;
+
+// Rewrites static import declarations into awaited dynamic imports, line for line.
+function esmImports(code) {
+  if (!/^[ \t]*import[ \t{*'"]/m.test(code)) return code;
+  let n = 0;
+  return code.replace(IMPORT_RE, (all, indent, def, clause, _q, spec) => {
+    const load = `await globalThis[Symbol.for(${stringify(IMPORT_KEY)})](${stringify(spec)})`;
+    const lines = '\n'.repeat((all.match(/\n/g) || []).length);
+    if (!def && !clause) return `${indent}${load};${lines}`;
+    const parts = [];
+    n += 1;
+    const ns = `__glovebox_ns_${count}_${n}`;
+    parts.push(`const ${ns} = ${load};`);
+    if (def) parts.push(`const ${def} = ${ns}.default;`);
+    if (clause && clause.startsWith('*')) parts.push(`const ${clause.replace(/^\*\s*as\s+/, '')} = ${ns};`);
+    if (clause && clause.startsWith('{')) {
+      const names = clause.slice(1, -1).split(',').map((n) => n.trim()).filter(Boolean)
+        .map((n) => n.replace(/^([\w$]+)\s+as\s+([\w$]+)$/, '$1: $2'));
+      parts.push(`const { ${names.join(', ')} } = ${ns};`);
+    }
+    return `${indent}${parts.join(' ')}${lines}`;
+  });
+}
+
+let typescript = null;
+
+function loadTypescript() {
+  if (typescript) return typescript;
+  const tries = [() => cellRequire('typescript')];
+  for (const dir of ['/usr/local/lib/node_modules', '/usr/lib/node_modules']) {
+    tries.push(() => require(path.join(dir, 'typescript')));
+  }
+  tries.push(() => require(path.join(execFileSync('npm', ['root', '-g'], { encoding: 'utf8' }).trim(), 'typescript')));
+  for (const t of tries) {
+    try {
+      typescript = t();
+      return typescript;
+    } catch {
+      // Next place.
+    }
+  }
+  throw new Error('the typescript package is not installed in this sandbox (npm install -g typescript)');
+}
+
+// Erases a cell's types; imports stay for esmImports, top-level await stays as written.
+function transpile(code) {
+  const ts = loadTypescript();
+  const out = ts.transpileModule(code, {
+    compilerOptions: {
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.ESNext,
+      verbatimModuleSyntax: false,
+      isolatedModules: true,
+      sourceMap: false,
+    },
+    reportDiagnostics: false,
+  }).outputText;
+  return out.replace(/^export \{\};?\s*$/m, '').replace(/\n\/\/# sourceMappingURL=.*$/, '');
+}
+
 function compile(code, filename) {
   const { code: rewritten } = rewrite(code, tokenize(code));
   for (const src of rewritten === code ? [code] : [rewritten, code]) {
@@ -672,14 +763,16 @@ async function evaluate(code, filename) {
 }
 
 
-async function runCell(id, code, vars) {
+async function runCell(id, code, vars, baseVars) {
   syncOutput(id);
   count += 1;
   const filename = `${CELL_PREFIX}${count}>`;
   cellSources.set(count, code.split('\n'));
+  for (const [k, v] of Object.entries(baseVars)) env[k] = String(v);
+  const saved = Object.keys(vars).map((k) => [k, Object.prototype.hasOwnProperty.call(env, k) ? env[k] : undefined]);
   for (const [k, v] of Object.entries(vars)) env[k] = String(v);
   try {
-    const value = await evaluate(code, filename);
+    const value = await evaluate(esmImports(TYPESCRIPT ? transpile(code) : code), filename);
     if (value !== undefined) emitResult(bundle(value), true);
   } catch (err) {
     let described;
@@ -692,6 +785,10 @@ async function runCell(id, code, vars) {
     send({ type: 'error', id: outputId, ...described });
   } finally {
     interruptCell = null;
+    for (const [k, v] of saved) {
+      if (v === undefined) delete env[k];
+      else env[k] = v;
+    }
   }
   syncOutput();
   send({ type: 'end', id, execution_count: count });
@@ -711,7 +808,7 @@ async function drainQueue() {
   running = true;
   while (queue.length) {
     const req = queue.shift();
-    await runCell(req.id, req.code, req.env);
+    await runCell(req.id, req.code, req.env, req.baseEnv);
   }
   running = false;
   if (inputDone) finish();
@@ -735,11 +832,12 @@ function handleLine(line) {
   if (id === null) return protocolError(null, 'request needs a string "id"');
   if (typeof req.code !== 'string') return protocolError(id, 'request needs a string "code"');
   const vars = req.env === undefined || req.env === null ? {} : req.env;
-  const okEnv = typeof vars === 'object' && !Array.isArray(vars)
-    && Object.entries(vars).every(([k, v]) => k && !k.includes('=') && !k.includes('\0')
+  const baseVars = req.base_env === undefined || req.base_env === null ? {} : req.base_env;
+  const okEnv = (m) => typeof m === 'object' && !Array.isArray(m)
+    && Object.entries(m).every(([k, v]) => k && !k.includes('=') && !k.includes('\0')
       && ['string', 'number', 'boolean'].includes(typeof v) && !String(v).includes('\0'));
-  if (!okEnv) return protocolError(id, '"env" must map names to strings');
-  queue.push({ id, code: req.code, env: vars });
+  if (!okEnv(vars) || !okEnv(baseVars)) return protocolError(id, '"env" must map names to strings');
+  queue.push({ id, code: req.code, env: vars, baseEnv: baseVars });
   drainQueue();
 }
 
@@ -798,6 +896,13 @@ for (const name of (env.GLOVEBOX_PRELOAD || '').split(',')) {
     }
   }
 }
+if (TYPESCRIPT) {
+  try {
+    loadTypescript();
+  } catch {
+    // Reported with the first cell.
+  }
+}
 syncOutput(null, true);
-send({ type: 'ready', language: 'javascript' });
+send({ type: 'ready', language: TYPESCRIPT ? 'typescript' : 'javascript' });
 readRequests();

@@ -167,6 +167,80 @@ pub async fn run(m: Arc<Manager>, c: Checked, tx: mpsc::Sender<BuildLine>) -> Re
     r
 }
 
+/// Makes sure the template a create asks for can be started: a shipped template that is not
+/// built yet has its build started in the background (once; again after a failure), and the
+/// create is told how far it got (503 `unavailable`: "building template NAME, N% (step k/n)").
+/// Other names, and daemons with automatic builds off, are left to the create.
+pub fn ensure_shipped(m: &Arc<Manager>, name: &str) -> crate::error::Result<()> {
+    use crate::templates::AutoBuild;
+    let Some(shipped) = crate::templates::shipped(name) else { return Ok(()) };
+    if !m.cfg.auto_build || m.template(name).is_ok() {
+        return Ok(());
+    }
+    let state = match m.templates.claim_auto_build(name) {
+        Err(running) => running,
+        Ok(last) => {
+            let req = BuildTemplate {
+                name: name.to_string(),
+                dockerfile: shipped.dockerfile.to_string(),
+                ..Default::default()
+            };
+            let checked = check(req).map_err(|f| {
+                m.templates.set_auto_build(name, None);
+                crate::error::Error::Internal(format!("shipped spec of {name}: {}", f.message))
+            })?;
+            let running = AutoBuild::Running { step: 0, total: 0 };
+            tracing::info!(template = name, "building the shipped template (a sandbox asked for it)");
+            let (tx, mut rx) = mpsc::channel::<BuildLine>(64);
+            let (m2, n2) = (m.clone(), name.to_string());
+            tokio::spawn(async move {
+                let follow = {
+                    let (m, n) = (m2.clone(), n2.clone());
+                    async move {
+                        while let Some(line) = rx.recv().await {
+                            match line {
+                                BuildLine::Step { step, total, cached, .. } => {
+                                    if !cached {
+                                        tracing::info!(template = %n, "automatic build: step {step}/{total}");
+                                    }
+                                    m.templates.set_auto_build(&n, Some(AutoBuild::Running { step, total }));
+                                }
+                                BuildLine::Base { message } => {
+                                    tracing::info!(template = %n, "automatic build: {message}")
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                };
+                let (r, ()) = tokio::join!(run(m2.clone(), checked, tx), follow);
+                match r {
+                    Ok(_) => {
+                        tracing::info!(template = %n2, "automatic build done");
+                        m2.templates.set_auto_build(&n2, None);
+                        m2.refill_pool();
+                    }
+                    Err(f) => {
+                        let at = f.step.map(|s| format!("step {s}: ")).unwrap_or_default();
+                        tracing::warn!(template = %n2, "automatic build failed: {at}{}\n{}", f.message, f.output_tail);
+                        m2.templates.set_auto_build(&n2, Some(AutoBuild::Failed(format!("{at}{}", f.message))));
+                    }
+                }
+            });
+            match last {
+                Some(failed @ AutoBuild::Failed(_)) => {
+                    return Err(crate::error::Error::Unavailable(format!(
+                        "{}; building it again, retry in a few seconds",
+                        failed.message(name)
+                    )))
+                }
+                _ => running,
+            }
+        }
+    };
+    Err(crate::error::Error::Unavailable(state.message(name)))
+}
+
 async fn run_inner(m: &Arc<Manager>, c: Checked, log: Log) -> Result<TemplateMeta, Failure> {
     let t0 = Instant::now();
     // Resource defaults must be ones a sandbox can be created with.

@@ -15,7 +15,7 @@ pub enum Error {
     SandboxNotFound(String),
     #[error("{what} {name:?} not found")]
     NotFound { what: &'static str, name: String },
-    /// A template that ships with Glovebox but is built on the host first (the hint says how).
+    /// A template that ships with Glovebox but is not built (the hint says how to build it).
     #[error("template {name:?} not found (build it with {build_with})")]
     TemplateNotBuilt { name: String, build_with: &'static str },
     #[error("sandbox {id} is gone ({})", reason.as_str())]

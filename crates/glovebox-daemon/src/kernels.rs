@@ -5,7 +5,9 @@
 //! A kernel is a `raw` (session-mode) command run by the agent: the daemon holds one
 //! full-duplex session to it, writes one JSON request line per cell to its stdin and reads
 //! JSON event lines from its stdout (protocol in `kernels/python_kernel.py`). Kernel output
-//! is untrusted: lines are bounded, unknown events are skipped.
+//! is untrusted: lines are bounded, unknown events are skipped. The first cell of a kernel
+//! also carries `base_env`, the sandbox's environment: the Node (JavaScript, TypeScript), R,
+//! Java and bash kernels keep it for good and scope the cell's own `env` to that cell.
 //!
 //! Invariants: cells of one context run one at a time (the session lock); a cell that
 //! outlives its timeout is interrupted with SIGINT and, if it does not end within a grace
@@ -66,15 +68,29 @@ pub const KERNEL_FILES: &[(&str, &str)] = &[
     ("python_kernel.py", include_str!("../kernels/python_kernel.py")),
     ("node_kernel.js", include_str!("../kernels/node_kernel.js")),
     ("bash_kernel.sh", include_str!("../kernels/bash_kernel.sh")),
+    ("r_kernel.R", include_str!("../kernels/r_kernel.R")),
+    ("java_kernel.java", include_str!("../kernels/java_kernel.java")),
 ];
 
 fn argv(lang: Language) -> Vec<String> {
-    let (prog, file) = match lang {
-        Language::Python => ("python3", "python_kernel.py"),
-        Language::Javascript => ("node", "node_kernel.js"),
-        Language::Bash => ("bash", "bash_kernel.sh"),
+    let file = |f: &str| format!("{KERNEL_DIR}/{f}");
+    let v: Vec<String> = match lang {
+        Language::Python => vec!["python3".into(), file("python_kernel.py")],
+        Language::Javascript => vec!["node".into(), file("node_kernel.js")],
+        Language::Typescript => vec!["node".into(), file("node_kernel.js"), "--typescript".into()],
+        Language::Bash => vec!["bash".into(), file("bash_kernel.sh")],
+        Language::R => vec!["Rscript".into(), "--no-save".into(), "--no-restore".into(), file("r_kernel.R")],
+        // The source launcher compiles the kernel in memory; C1 only and the serial
+        // collector start a small JVM fastest.
+        Language::Java => vec![
+            "java".into(),
+            "-XX:TieredStopAtLevel=1".into(),
+            "-XX:+UseSerialGC".into(),
+            "-Xss4m".into(),
+            file("java_kernel.java"),
+        ],
     };
-    vec![prog.to_string(), format!("{KERNEL_DIR}/{file}")]
+    v
 }
 
 /// One context of one sandbox.
@@ -84,6 +100,8 @@ pub struct Kernel {
     pub cwd: String,
     /// Modules the python kernel imports before it reports ready.
     preload: Option<String>,
+    /// When the context was made (listing order).
+    made: std::time::Instant,
     st: tokio::sync::Mutex<KState>,
 }
 
@@ -110,11 +128,13 @@ impl Kernels {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
     }
 
+    /// The contexts: the default ones (named after their language) first, then the others in
+    /// the order they were made.
     pub fn list(&self) -> Vec<Context> {
-        let mut v: Vec<Context> =
-            self.map.lock().unwrap_or_else(|p| p.into_inner()).values().map(|k| k.view()).collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
-        v
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<&Arc<Kernel>> = map.values().collect();
+        v.sort_by_key(|k| (k.id != k.language.as_str(), k.made, k.id.clone()));
+        v.into_iter().map(|k| k.view()).collect()
     }
 
     /// The default context of `lang` (id = the language's name), made if missing.
@@ -147,6 +167,7 @@ impl Kernel {
             language,
             cwd: cwd.unwrap_or_else(|| "/home/user".to_string()),
             preload: if language == Language::Python { preload.map(str::to_string) } else { None },
+            made: std::time::Instant::now(),
             st: tokio::sync::Mutex::new(KState::default()),
         }
     }
@@ -260,7 +281,12 @@ impl Kernel {
         let mut req = serde_json::json!({ "id": req_id, "code": code });
         let mut cell_env = std::collections::BTreeMap::new();
         if !st.env_applied {
-            cell_env.extend(host.base_env());
+            let base = host.base_env();
+            // Kernels that scope `env` to the cell keep `base_env` for good.
+            if !base.is_empty() {
+                req["base_env"] = serde_json::to_value(&base).unwrap_or_default();
+            }
+            cell_env.extend(base);
             st.env_applied = true;
         }
         cell_env.extend(env.clone());
@@ -417,4 +443,33 @@ async fn next_line(st: &mut KState) -> Result<Option<serde_json::Value>> {
 /// kernels: the pool does this before handing a sandbox out).
 pub async fn prewarm(kernels: &Kernels, t: &Target<'_>, preload: Option<&str>) -> Result<()> {
     kernels.default_for(Language::Python, preload).ensure(t).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_listed_first_then_contexts_in_the_order_made() {
+        let ks = Kernels::default();
+        for id in ["ctx-zz", "ctx-aa"] {
+            ks.insert(Arc::new(Kernel::new(id.into(), Language::R, None, None)));
+        }
+        ks.default_for(Language::Javascript, None);
+        ks.default_for(Language::Python, Some("numpy"));
+        let ids: Vec<String> = ks.list().into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, ["javascript", "python", "ctx-zz", "ctx-aa"]);
+    }
+
+    #[test]
+    fn every_language_has_a_kernel_program() {
+        for lang in
+            [Language::Python, Language::Javascript, Language::Typescript, Language::Bash, Language::R, Language::Java]
+        {
+            let argv = argv(lang);
+            let file = argv.iter().find(|a| a.starts_with(KERNEL_DIR)).expect("a kernel file");
+            let name = file.trim_start_matches(KERNEL_DIR).trim_start_matches('/');
+            assert!(KERNEL_FILES.iter().any(|(n, _)| *n == name), "{name} is not embedded");
+        }
+    }
 }

@@ -162,6 +162,24 @@ impl Kernel {
         k
     }
 
+    fn typescript() -> Kernel {
+        let mut k = Kernel::spawn("typescript", "node", &[&kernel_path("node_kernel.js"), "--typescript"], &[]);
+        k.expect_ready("typescript");
+        k
+    }
+
+    fn r() -> Kernel {
+        let mut k = Kernel::spawn("r", "Rscript", &["--no-save", "--no-restore", &kernel_path("r_kernel.R")], &[]);
+        k.expect_ready("r");
+        k
+    }
+
+    fn java() -> Kernel {
+        let mut k = Kernel::spawn("java", "java", &["-XX:+UseSerialGC", &kernel_path("java_kernel.java")], &[]);
+        k.expect_ready("java");
+        k
+    }
+
     fn bash() -> Kernel {
         // As the daemon starts it: bash hands the file to python3 from PATH.
         let mut k = Kernel::spawn("bash", "bash", &[&kernel_path("bash_kernel.sh")], &[]);
@@ -230,6 +248,14 @@ impl Kernel {
 
     fn run_with_env(&mut self, code: &str, env: Value) -> Execution {
         let id = self.send(code, Some(env));
+        self.finish(&id, Execution::default(), CELL_TIMEOUT)
+    }
+
+    /// Runs `code` with the sandbox's environment (`base_env`, kept) and a cell's own `env`.
+    fn run_with_envs(&mut self, code: &str, base: Value, env: Value) -> Execution {
+        self.next_id += 1;
+        let id = format!("req-{}", self.next_id);
+        self.send_line(&json!({"id": id, "code": code, "env": env, "base_env": base}).to_string());
         self.finish(&id, Execution::default(), CELL_TIMEOUT)
     }
 
@@ -591,14 +617,133 @@ fn node_kernels_do_not_share_state() {
 }
 
 #[test]
-fn node_env_is_set_and_kept() {
-    if !node_available("node_env_is_set_and_kept") {
+fn node_env_of_a_cell_is_scoped_and_base_env_kept() {
+    if !node_available("node_env_of_a_cell_is_scoped_and_base_env_kept") {
         return;
     }
     let mut k = Kernel::node();
-    let exec = k.run_with_env("process.env.GB_TEST_VAR", json!({"GB_TEST_VAR": "from-request"}));
-    assert_eq!(exec.main_text(), Some("'from-request'"));
-    assert_eq!(k.run("process.env.GB_TEST_VAR").main_text(), Some("'from-request'"));
+    let exec = k.run_with_envs(
+        "[process.env.GB_BASE, process.env.GB_CELL]",
+        json!({"GB_BASE": "base", "GB_CELL": "base-too"}),
+        json!({"GB_CELL": "cell"}),
+    );
+    assert_eq!(exec.main_text(), Some("[ 'base', 'cell' ]"));
+    // A string value's text is the string itself.
+    assert_eq!(k.run("process.env.GB_CELL").main_text(), Some("base-too"));
+    let exec = k.run_with_env("process.env.GB_ONLY_CELL", json!({"GB_ONLY_CELL": "x"}));
+    assert_eq!(exec.main_text(), Some("x"));
+    assert_eq!(k.run("process.env.GB_ONLY_CELL || 'unset'").main_text(), Some("unset"));
+}
+
+#[test]
+fn node_esm_imports_become_dynamic_imports() {
+    if !node_available("node_esm_imports_become_dynamic_imports") {
+        return;
+    }
+    let mut k = Kernel::node();
+    let exec = k.run("\n  import { readFileSync } from 'fs'\n  console.log(typeof readFileSync)\n");
+    assert_no_error(&exec);
+    assert_eq!(exec.stdout, "function\n");
+    let exec = k.run("import path, { join as j } from 'node:path'\nimport * as os from 'os'\nj('a', 'b') + path.sep + typeof os.cpus");
+    assert_no_error(&exec);
+    assert_eq!(exec.main_text(), Some("a/b/function"));
+    // The imported names stay for later cells.
+    assert_eq!(k.run("typeof readFileSync").main_text(), Some("function"));
+    assert_eq!(k.run("await Promise.resolve('Hello World!')").main_text(), Some("Hello World!"));
+}
+
+/// Where the `typescript` package is, if anywhere the kernel looks.
+fn typescript_available(test: &str) -> bool {
+    let ok = works(
+        "node",
+        &["-e", "for (const p of ['typescript', '/usr/local/lib/node_modules/typescript', '/usr/lib/node_modules/typescript']) { try { require.resolve(p); process.exit(0) } catch {} } process.exit(1)"],
+    );
+    if !ok {
+        println!("skip {test}: the typescript package is not installed (npm install -g typescript)");
+    }
+    ok
+}
+
+#[test]
+fn typescript_cells_are_transpiled() {
+    if !node_available("typescript_cells_are_transpiled") || !typescript_available("typescript_cells_are_transpiled") {
+        return;
+    }
+    let mut k = Kernel::typescript();
+    let exec = k.run("const message: string = 'Hello, World!'; console.log(message)");
+    assert_no_error(&exec);
+    assert_eq!(exec.stdout, "Hello, World!\n");
+    let exec = k.run("interface P { x: number }\nconst p: P = { x: 41 }\nawait Promise.resolve(p.x + 1)");
+    assert_no_error(&exec);
+    assert_eq!(exec.main_text(), Some("42"));
+    assert_eq!(k.run("nope()").error_name(), Some("ReferenceError"));
+}
+
+#[test]
+fn r_values_print_as_at_the_console() {
+    if !works("Rscript", &["-e", "library(jsonlite)"]) {
+        println!("skip r_values_print_as_at_the_console: Rscript with jsonlite is not installed");
+        return;
+    }
+    let mut k = Kernel::r();
+    let exec = k.run("print(\"Hello, World!\")");
+    assert_no_error(&exec);
+    assert_eq!(exec.stdout, "[1] \"Hello, World!\"\n");
+    assert!(exec.results.is_empty(), "print() returns invisibly: {exec:?}");
+    let exec =
+        k.run_with_envs("x <- 1:3\nx * 2\nSys.getenv('GB_CELL')", json!({"GB_BASE": "b"}), json!({"GB_CELL": "c"}));
+    assert_no_error(&exec);
+    assert_eq!(exec.results.len(), 2, "{exec:?}");
+    assert_eq!(exec.results[0]["data"]["text/plain"], "[1] 2 4 6");
+    assert_eq!(exec.main_text(), Some("[1] \"c\""));
+    assert_eq!(k.run("Sys.getenv('GB_CELL', unset = 'default')").main_text(), Some("[1] \"default\""));
+    assert_eq!(k.run("Sys.getenv('GB_BASE')").main_text(), Some("[1] \"b\""));
+    let exec = k.run("stop('boom')");
+    assert_eq!(exec.error_name(), Some("Error"));
+    assert_eq!(exec.error.as_ref().unwrap()["value"], "boom");
+    assert_eq!(k.run("f <- function( {").error_name(), Some("SyntaxError"));
+    assert_eq!(k.run("x").main_text(), Some("[1] 1 2 3"), "state survives errors");
+    assert_eq!(exec.execution_count, Some(5));
+}
+
+#[test]
+fn r_and_java_interrupts_keep_state() {
+    if works("Rscript", &["-e", "library(jsonlite)"]) {
+        let mut k = Kernel::r();
+        assert_no_error(&k.run("kept <- 3"));
+        k.sigint();
+        let exec = k.run_and_interrupt("cat('started\\n')\nrepeat { x <- 1 }");
+        assert_eq!(exec.error_name(), Some("KeyboardInterrupt"), "{exec:?}");
+        assert_eq!(k.run("kept").main_text(), Some("[1] 3"));
+    }
+    if works("java", &["-version"]) {
+        let mut k = Kernel::java();
+        assert_no_error(&k.run("int kept = 3;"));
+        k.sigint();
+        let exec = k.run_and_interrupt("System.out.println(\"started\"); while (true) {}");
+        assert_eq!(exec.error_name(), Some("KeyboardInterrupt"), "{exec:?}");
+        assert_eq!(k.run("kept").main_text(), Some("3"));
+    }
+}
+
+#[test]
+fn java_snippets_run_in_one_jshell() {
+    if !works("java", &["-version"]) {
+        println!("skip java_snippets_run_in_one_jshell: no JDK");
+        return;
+    }
+    let mut k = Kernel::java();
+    let exec = k.run("System.out.println(\"Hello, World!\")");
+    assert_no_error(&exec);
+    assert_eq!(exec.events[0]["text"], "Hello, World!", "one event per line, without its newline");
+    let exec = k.run_with_envs("System.getProperty(\"GB_CELL\")", json!({"GB_BASE": "b"}), json!({"GB_CELL": "c"}));
+    assert_eq!(exec.main_text(), Some("c"), "a String value without its quotes");
+    assert_eq!(k.run("System.getProperty(\"GB_CELL\", \"default\")").main_text(), Some("default"));
+    assert_eq!(k.run("System.getProperty(\"GB_BASE\")").main_text(), Some("b"));
+    assert_eq!(k.run("int x = 5;\nList<Integer> l = new ArrayList<>(List.of(x));\nl").main_text(), Some("[5]"));
+    assert_eq!(k.run("1/0").error_name(), Some("ArithmeticException"));
+    assert_eq!(k.run("int y = \"s\";").error_name(), Some("CompilationError"));
+    assert_eq!(k.run("x * 2").main_text(), Some("10"));
 }
 
 // ---- bash -----------------------------------------------------------------------------
@@ -651,10 +796,16 @@ fn bash_interrupt_stops_the_command_and_keeps_state() {
 }
 
 #[test]
-fn bash_env_is_exported_and_kept() {
+fn bash_env_of_a_cell_is_exported_for_that_cell() {
     let mut k = Kernel::bash();
-    let exec = k.run_with_env("sh -c 'echo $GB_TEST_VAR'", json!({"GB_TEST_VAR": "a b'c"}));
+    let exec = k.run_with_envs(
+        "sh -c 'echo $GB_TEST_VAR $GB_BASE'",
+        json!({"GB_BASE": "base", "GB_TEST_VAR": "before"}),
+        json!({"GB_TEST_VAR": "a b'c"}),
+    );
     assert_no_error(&exec);
-    assert_eq!(exec.stdout, "a b'c\n");
-    assert_eq!(k.run("echo \"$GB_TEST_VAR\"").stdout, "a b'c\n");
+    assert_eq!(exec.stdout, "a b'c base\n");
+    assert_eq!(k.run("echo \"$GB_TEST_VAR\"").stdout, "before\n");
+    assert_no_error(&k.run_with_env("true", json!({"GB_NEW": "x"})));
+    assert_eq!(k.run("echo \"${GB_NEW:-unset}\"").stdout, "unset\n");
 }

@@ -392,6 +392,10 @@ const HOST_ETC: &[&str] = &[
     "locale.alias",
     "mke2fs.conf",
     "papersize",
+    // R's and the JDK's configuration (their trees under /usr link here), fontconfig's.
+    "R",
+    "java-17-openjdk",
+    "fonts",
 ];
 
 fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {

@@ -684,10 +684,15 @@ impl std::fmt::Display for ErrorCode {
 pub enum Language {
     #[default]
     Python,
-    #[serde(alias = "js", alias = "node", alias = "typescript")]
+    #[serde(alias = "js", alias = "node")]
     Javascript,
+    // Transpiled per cell to JavaScript and run by the Node kernel.
+    #[serde(alias = "ts")]
+    Typescript,
     #[serde(alias = "sh", alias = "shell")]
     Bash,
+    R,
+    Java,
 }
 
 impl Language {
@@ -695,7 +700,10 @@ impl Language {
         match self {
             Language::Python => "python",
             Language::Javascript => "javascript",
+            Language::Typescript => "typescript",
             Language::Bash => "bash",
+            Language::R => "r",
+            Language::Java => "java",
         }
     }
 }

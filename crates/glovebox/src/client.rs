@@ -5,6 +5,9 @@ use futures_util::StreamExt;
 use glovebox_proto::api::{CreateSandbox, ErrorBody, ExecRequest, ExecStreamLine, Sandbox};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 
+/// How long a create waits for the daemon to build the template it asks for.
+const BUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 pub struct Client {
     http: reqwest::Client,
     base: String,
@@ -56,8 +59,30 @@ impl Client {
         resp.json::<T>().await.context("bad response from the daemon")
     }
 
+    /// Creates a sandbox. While the daemon builds the template it asks for (a shipped one
+    /// not built yet), prints the build's progress on stderr and asks again.
     pub async fn create(&self, req: &CreateSandbox) -> Result<Sandbox> {
-        self.json(self.req(Method::POST, "/v1/sandboxes").json(req)).await
+        let deadline = std::time::Instant::now() + BUILD_WAIT;
+        let mut shown = String::new();
+        loop {
+            match self.json(self.req(Method::POST, "/v1/sandboxes").json(req)).await {
+                Err(e) => match e.downcast_ref::<ApiFailure>() {
+                    Some(f)
+                        if f.code == "unavailable"
+                            && f.message.starts_with("building template")
+                            && std::time::Instant::now() < deadline =>
+                    {
+                        if f.message != shown {
+                            eprintln!("{}", f.message.split(';').next().unwrap_or(&f.message));
+                            shown = f.message.clone();
+                        }
+                        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    }
+                    _ => return Err(e),
+                },
+                ok => return ok,
+            }
+        }
     }
 
     pub async fn kill(&self, id: &str) -> Result<()> {

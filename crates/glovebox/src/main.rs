@@ -444,7 +444,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 code
             };
             let language: api::Language = serde_json::from_value(serde_json::Value::String(language))
-                .map_err(|_| anyhow::anyhow!("--language must be python, javascript or bash"))?;
+                .map_err(|_| anyhow::anyhow!("--language must be python, javascript, typescript, r, java or bash"))?;
             let req = api::RunCode {
                 code,
                 language: Some(language),

@@ -64,7 +64,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         None => None,
     };
     let language: api::Language = serde_json::from_value(serde_json::Value::String(a.language.clone()))
-        .map_err(|_| anyhow::anyhow!("--language must be python, javascript or bash"))?;
+        .map_err(|_| anyhow::anyhow!("--language must be python, javascript, typescript, r, java or bash"))?;
     let stdin = if code.is_some() { None } else { read_stdin()? };
 
     let (client, embedded) = match std::env::var("GLOVEBOX_URL") {

@@ -254,7 +254,8 @@ fn an_unbuilt_code_interpreter_says_how_to_build_it() {
     );
     assert_error("template not built", (st, v.clone()), 404, Some("template_not_found"));
     assert_eq!(
-        v["error"]["message"], "template \"code-interpreter\" not found (build it with scripts/build-code-interpreter)",
+        v["error"]["message"],
+        "template \"code-interpreter\" not found (build it with glovebox template build -f templates/code-interpreter/Dockerfile -t code-interpreter)",
         "the hint sits outside the quoted name"
     );
     d.shutdown_and_check_leaks();

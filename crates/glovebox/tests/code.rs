@@ -35,7 +35,7 @@ fn stdout(ex: &Value) -> String {
 
 fn have_ci_template() -> bool {
     let ok = std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
-        .map(|d| std::path::Path::new(&d).join("code-interpreter/rootfs").is_dir())
+        .map(|d| std::path::Path::new(&d).join("templates/code-interpreter.json").is_file())
         .unwrap_or(false);
     if !ok {
         eprintln!("SKIPPED: no code-interpreter template (scripts/test builds it: scripts/build-code-interpreter)");

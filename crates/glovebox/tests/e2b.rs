@@ -96,7 +96,7 @@ fn run_script(d: &Daemon, script: &str, min_checks: usize, timeout: Duration, en
 /// The code-interpreter template (built by scripts/test), if this run has it.
 fn templates_dir() -> Option<String> {
     let dir = std::env::var("GLOVEBOX_TEMPLATES_DIR").ok()?;
-    Path::new(&dir).join("code-interpreter/rootfs").is_dir().then_some(dir)
+    Path::new(&dir).join("templates/code-interpreter.json").is_file().then_some(dir)
 }
 
 #[test]
@@ -132,6 +132,20 @@ fn code_interpreter_tutorial() {
     };
     let d = Daemon::start();
     run_script(&d, "code_interpreter.py", 16, Duration::from_secs(300), &[]);
+    d.shutdown_and_check_leaks();
+}
+
+/// The seed tutorial's CSV pipeline with the default deny-all network: `pip install` inside
+/// the sandbox succeeds because the template already has the packages.
+#[test]
+fn csv_pipeline_offline() {
+    require_root!();
+    let Some(_) = templates_dir() else {
+        eprintln!("SKIPPED: GLOVEBOX_TEMPLATES_DIR has no code-interpreter template (scripts/test builds it)");
+        return;
+    };
+    let d = Daemon::start();
+    run_script(&d, "csv_pipeline.py", 8, Duration::from_secs(300), &[]);
     d.shutdown_and_check_leaks();
 }
 

@@ -4,8 +4,8 @@ fails.
 
 The daemon binary: ``$GLOVEBOX_BIN`` if set, else the repository's debug build
 (``target/x86_64-unknown-linux-gnu/debug/glovebox``, built with ``cargo build`` if missing).
-``$GLOVEBOX_TEMPLATES_DIR`` is passed through (CI points it at a dir holding
-``code-interpreter/rootfs``).
+``$GLOVEBOX_TEMPLATES_DIR`` is passed through (CI points it at the template store where
+scripts/build-code-interpreter built ``code-interpreter``).
 """
 
 from __future__ import annotations
@@ -155,4 +155,4 @@ def sb(daemon: Daemon) -> Iterator[Sandbox]:
 
 def templates_dir_with(name: str) -> bool:
     d = os.environ.get("GLOVEBOX_TEMPLATES_DIR")
-    return bool(d) and (Path(d) / name / "rootfs").is_dir()
+    return bool(d) and (Path(d) / "templates" / f"{name}.json").is_file()

@@ -103,7 +103,7 @@ def test_env_of_a_cell(sb):
 
 
 @pytest.mark.skipif(not templates_dir_with("code-interpreter"),
-                    reason="no code-interpreter template ($GLOVEBOX_TEMPLATES_DIR/code-interpreter/rootfs)")
+                    reason="no code-interpreter template ($GLOVEBOX_TEMPLATES_DIR/templates/code-interpreter.json)")
 def test_matplotlib_png(daemon):
     with Sandbox.create(template="code-interpreter") as sb:
         ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()",

@@ -6,7 +6,7 @@
 import { GloveboxError } from "./errors.js";
 import { ApiClient, ndjson, seg } from "./http.js";
 
-export type Language = "python" | "javascript" | "bash";
+export type Language = "python" | "javascript" | "typescript" | "bash" | "r" | "java";
 
 /** A MIME bundle: the last expression's value, a `display(…)`, or a figure. */
 export class Result {

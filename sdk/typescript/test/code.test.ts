@@ -140,7 +140,7 @@ describe("code interpreter", () => {
 });
 
 const templates = process.env["GLOVEBOX_TEMPLATES_DIR"];
-const haveCi = templates !== undefined && existsSync(join(templates, "code-interpreter", "rootfs"));
+const haveCi = templates !== undefined && existsSync(join(templates, "templates", "code-interpreter.json"));
 
 describe("code-interpreter template", () => {
   it(
@@ -148,7 +148,7 @@ describe("code-interpreter template", () => {
     {
       skip: haveCi
         ? false
-        : "set GLOVEBOX_TEMPLATES_DIR to a dir with code-interpreter/rootfs (scripts/build-code-interpreter) to run",
+        : "set GLOVEBOX_TEMPLATES_DIR to the store scripts/build-code-interpreter builds into to run",
     },
     async () => {
       await Sandbox.with({ template: "code-interpreter", timeoutMs: 120_000 }, async (sb) => {

@@ -160,6 +160,10 @@ async fn create_context(State(st): State<E2b>, At(sb): At<JUPYTER_PORT>, b: Byte
 }
 
 async fn list_contexts(At(sb): At<JUPYTER_PORT>) -> Response {
+    // E2B's sandboxes list their python and javascript contexts from the start; here they
+    // are made (not started) when first listed or used.
+    sb.kernels.default_for(Language::Python, sb.preload.as_deref());
+    sb.kernels.default_for(Language::Javascript, None);
     let v: Vec<Value> = sb
         .kernels
         .list()
@@ -204,6 +208,13 @@ mod tests {
     fn languages() {
         assert_eq!(language(Some("Python")).unwrap(), Some(Language::Python));
         assert_eq!(language(Some("js")).unwrap(), Some(Language::Javascript));
+        assert_eq!(language(Some("javascript")).unwrap(), Some(Language::Javascript));
+        assert_eq!(language(Some("ts")).unwrap(), Some(Language::Typescript));
+        assert_eq!(language(Some("TypeScript")).unwrap(), Some(Language::Typescript));
+        assert_eq!(language(Some("r")).unwrap(), Some(Language::R));
+        assert_eq!(language(Some("R")).unwrap(), Some(Language::R));
+        assert_eq!(language(Some("java")).unwrap(), Some(Language::Java));
+        assert_eq!(language(Some("bash")).unwrap(), Some(Language::Bash));
         assert!(language(Some("cobol")).is_err());
     }
 }

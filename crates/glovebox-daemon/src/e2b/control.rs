@@ -222,6 +222,7 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         idle_timeout_s: auto_pause.then_some(timeout),
         on_idle: auto_pause.then_some(glovebox_proto::api::OnIdle::Pause),
     };
+    crate::builds::ensure_shipped(&st.app.manager, template_name(&req.template_id)).map_err(cp_error)?;
     let sb = st.app.manager.create_for(&caller.tenant, create).await.map_err(cp_error)?;
     Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())
 }

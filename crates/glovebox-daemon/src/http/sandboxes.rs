@@ -19,6 +19,9 @@ pub async fn create(
     Extension(caller): Extension<Caller>,
     Json(req): Json<CreateSandbox>,
 ) -> ApiResult<Response> {
+    if let Some(t) = &req.template {
+        crate::builds::ensure_shipped(&st.manager, t)?;
+    }
     let sb = st.manager.create_for(&caller.tenant, req).await?;
     Ok(json(StatusCode::CREATED, &sb.view()))
 }

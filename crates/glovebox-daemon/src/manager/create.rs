@@ -209,33 +209,22 @@ impl Manager {
         Ok(b.take())
     }
 
-    /// The template `name`: `base` (host /usr) or one built into the data dir.
+    /// The template `name`: `base` (host /usr), one built into the data dir, or one built
+    /// into the shared template store.
     pub fn template(&self, name: &str) -> Result<Template> {
-        if name != "base" {
-            if let Some(t) = self.templates.get(name) {
-                return Ok(t);
-            }
+        if name == "base" {
+            return Ok(Template::base());
         }
-        match name {
-            "base" => Ok(Template::base()),
-            "code-interpreter" => {
-                let layer = self.cfg.templates_dir.join("code-interpreter/rootfs");
-                if layer.is_dir() {
-                    Ok(Template {
-                        name: name.to_string(),
-                        layers: vec![layer],
-                        preload: Some("numpy,pandas,matplotlib,matplotlib.pyplot".into()),
-                        host_usr: true,
-                        defaults: None,
-                    })
-                } else {
-                    Err(Error::TemplateNotBuilt {
-                        name: name.to_string(),
-                        build_with: "scripts/build-code-interpreter",
-                    })
-                }
-            }
-            _ => Err(Error::NotFound { what: "template", name: name.to_string() }),
+        if let Some(t) = self.templates.get(name) {
+            return Ok(t);
+        }
+        let shared = self.cfg.shared_templates.as_deref().map(crate::templates::Store::at);
+        if let Some(t) = shared.and_then(|s| crate::templates::from_store(&s, name)) {
+            return Ok(t);
+        }
+        match crate::templates::shipped(name) {
+            Some(s) => Err(Error::TemplateNotBuilt { name: name.to_string(), build_with: s.build_with }),
+            None => Err(Error::NotFound { what: "template", name: name.to_string() }),
         }
     }
 }

@@ -65,8 +65,12 @@ pub struct Config {
     pub defaults: Limits,
     /// Sandboxes of each template kept booted ahead of requests (0 disables).
     pub warm_pool: usize,
-    /// Where built templates live (default `<data_dir>/templates`).
-    pub templates_dir: PathBuf,
+    /// Another daemon's data dir whose built templates this one also starts sandboxes from,
+    /// read-only (`GLOVEBOX_TEMPLATES_DIR`; the test suite builds `code-interpreter` once there).
+    pub shared_templates: Option<PathBuf>,
+    /// Whether a sandbox asking for a shipped template that is not built yet has the daemon
+    /// build it (`GLOVEBOX_AUTO_BUILD=0` turns it off).
+    pub auto_build: bool,
     /// Re-adopt, at start, the intact sandboxes a previous daemon on this data dir left
     /// (`glovebox serve`); off for embedded runs, whose sandboxes end with them.
     pub adopt: bool,
@@ -84,9 +88,8 @@ impl Config {
             warm_pool: 0,
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
-            templates_dir: std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| data_dir.join("templates")),
+            shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from),
+            auto_build: std::env::var_os("GLOVEBOX_AUTO_BUILD").is_none_or(|v| v != "0"),
             data_dir,
         }
     }

@@ -118,7 +118,7 @@ impl Manager {
 
     /// Tops the warm pool up to its size in the background: `warm_pool` sandboxes of each
     /// available template, code-interpreter ones with their python kernel already started.
-    pub(super) fn refill_pool(self: &Arc<Self>) {
+    pub(crate) fn refill_pool(self: &Arc<Self>) {
         let want = self.cfg.warm_pool;
         if want == 0 {
             return;

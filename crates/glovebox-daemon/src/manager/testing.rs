@@ -26,7 +26,8 @@ pub(crate) fn fixture_with(tune: impl FnOnce(&mut Config)) -> Fixture {
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut cfg = Config::new(tmp.path().join("data"), tmp.path().join("no-agent"));
     cfg.run_dir = tmp.path().join("run");
-    cfg.templates_dir = tmp.path().join("templates");
+    cfg.shared_templates = None;
+    cfg.auto_build = false;
     std::fs::create_dir_all(cfg.run_dir.join("base")).expect("run dir");
     tune(&mut cfg);
     let store = super::open_store(&cfg.data_dir).expect("store");

@@ -60,6 +60,60 @@ pub struct Templates {
     pub(crate) gc_lock: tokio::sync::RwLock<()>,
     /// Names being built (one build per name at a time).
     building: std::sync::Mutex<BTreeSet<String>>,
+    /// Automatic builds of shipped templates, by name.
+    auto: std::sync::Mutex<std::collections::BTreeMap<String, AutoBuild>>,
+}
+
+/// A template whose spec ships with Glovebox: a sandbox asking for it before it is built
+/// has the daemon build it.
+pub struct Shipped {
+    pub name: &'static str,
+    pub dockerfile: &'static str,
+    /// How to build it by hand (the hint of a "not built" error).
+    pub build_with: &'static str,
+}
+
+const SHIPPED: &[Shipped] = &[Shipped {
+    name: "code-interpreter",
+    dockerfile: include_str!("../../../../templates/code-interpreter/Dockerfile"),
+    build_with: "glovebox template build -f templates/code-interpreter/Dockerfile -t code-interpreter",
+}];
+
+pub fn shipped(name: &str) -> Option<&'static Shipped> {
+    SHIPPED.iter().find(|s| s.name == name)
+}
+
+/// Where an automatic build stands: the step running (1-based) of how many, or how it failed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AutoBuild {
+    Running { step: usize, total: usize },
+    Failed(String),
+}
+
+impl AutoBuild {
+    /// What a create asking for the template is told meanwhile.
+    pub fn message(&self, name: &str) -> String {
+        match self {
+            AutoBuild::Running { step, total } if *total > 0 => format!(
+                "building template {name}, {}% (step {step}/{total}); retry in a few seconds",
+                (step.saturating_sub(1)) * 100 / total
+            ),
+            AutoBuild::Running { .. } => format!("building template {name}, 0% (preparing); retry in a few seconds"),
+            AutoBuild::Failed(e) => format!("building template {name} failed: {e}"),
+        }
+    }
+}
+
+/// The built template `name` of `store`, as the manager starts it.
+pub fn from_store(store: &Store, name: &str) -> Option<Template> {
+    let meta = store.load(name)?;
+    Some(Template {
+        name: meta.name.clone(),
+        layers: meta.layers.iter().map(|l| store.layer_fs(l)).collect(),
+        preload: meta.preload.clone(),
+        host_usr: meta.host_usr,
+        defaults: Some(Arc::new(meta)),
+    })
 }
 
 impl Templates {
@@ -71,7 +125,13 @@ impl Templates {
         });
         let mini = run_dir.join("base").join(format!("mini-{}", std::process::id()));
         build_mini_skel(&mini).map_err(|e| Error::Internal(format!("mini skeleton: {e}")))?;
-        Ok(Templates { store, mini, gc_lock: tokio::sync::RwLock::new(()), building: Default::default() })
+        Ok(Templates {
+            store,
+            mini,
+            gc_lock: tokio::sync::RwLock::new(()),
+            building: Default::default(),
+            auto: Default::default(),
+        })
     }
 
     /// The bottom layer under whole-root images: mount points, `/home/user`, the kernels.
@@ -81,14 +141,25 @@ impl Templates {
 
     /// A built template as the manager starts it.
     pub fn get(&self, name: &str) -> Option<Template> {
-        let meta = self.store.load(name)?;
-        Some(Template {
-            name: meta.name.clone(),
-            layers: meta.layers.iter().map(|l| self.store.layer_fs(l)).collect(),
-            preload: meta.preload.clone(),
-            host_usr: meta.host_usr,
-            defaults: Some(Arc::new(meta)),
-        })
+        from_store(&self.store, name)
+    }
+
+    /// Marks an automatic build of `name` as started, unless one is running: `Err` with the
+    /// running one's state, else `Ok` with how the last one ended (if it failed).
+    pub fn claim_auto_build(&self, name: &str) -> std::result::Result<Option<AutoBuild>, AutoBuild> {
+        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
+        match auto.get(name) {
+            Some(running @ AutoBuild::Running { .. }) => Err(running.clone()),
+            _ => Ok(auto.insert(name.to_string(), AutoBuild::Running { step: 0, total: 0 })),
+        }
+    }
+
+    pub fn set_auto_build(&self, name: &str, state: Option<AutoBuild>) {
+        let mut auto = self.auto.lock().unwrap_or_else(|p| p.into_inner());
+        match state {
+            Some(s) => auto.insert(name.to_string(), s),
+            None => auto.remove(name),
+        };
     }
 
     /// Marks `name` as being built; false if it already is.
@@ -163,4 +234,50 @@ pub(crate) fn context_path(ctx: &Path, rel: &str) -> Option<PathBuf> {
         }
     }
     Some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_specs_parse() {
+        let s = shipped("code-interpreter").expect("code-interpreter ships");
+        let spec = spec::parse(s.dockerfile, &Default::default()).expect("the shipped spec parses");
+        assert_eq!(spec.from, "host");
+        assert!(s.dockerfile.contains("seaborn=="), "E2B's package set, pinned");
+        assert!(shipped("base").is_none() && shipped("nope").is_none());
+    }
+
+    #[test]
+    fn one_automatic_build_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Templates::open(&dir.path().join("data"), &dir.path().join("run")).unwrap();
+        assert_eq!(t.claim_auto_build("code-interpreter"), Ok(None));
+        let running = AutoBuild::Running { step: 0, total: 0 };
+        assert_eq!(t.claim_auto_build("code-interpreter"), Err(running), "a second create waits");
+        t.set_auto_build("code-interpreter", Some(AutoBuild::Failed("boom".into())));
+        assert_eq!(
+            t.claim_auto_build("code-interpreter"),
+            Ok(Some(AutoBuild::Failed("boom".into()))),
+            "a failure is retried"
+        );
+    }
+
+    #[test]
+    fn auto_build_messages_say_how_far() {
+        let m = |a: AutoBuild| a.message("code-interpreter");
+        assert_eq!(
+            m(AutoBuild::Running { step: 0, total: 0 }),
+            "building template code-interpreter, 0% (preparing); retry in a few seconds"
+        );
+        assert_eq!(
+            m(AutoBuild::Running { step: 3, total: 4 }),
+            "building template code-interpreter, 50% (step 3/4); retry in a few seconds"
+        );
+        assert_eq!(
+            m(AutoBuild::Failed("step 2: exit 1".into())),
+            "building template code-interpreter failed: step 2: exit 1"
+        );
+    }
 }

@@ -532,6 +532,9 @@ impl Daemon {
                     std::env::var_os("GLOVEBOX_BASE_CACHE")
                         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("glovebox-base-cache").into()),
                 )
+                // A test asking for `code-interpreter` uses the one scripts/test built in the
+                // shared store (GLOVEBOX_TEMPLATES_DIR), never a five-minute build of its own.
+                .env("GLOVEBOX_AUTO_BUILD", "0")
                 .env("GLOVEBOX_LOG", "info")
                 .env("NO_COLOR", "1")
                 .stdin(Stdio::null())
