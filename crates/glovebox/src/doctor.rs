@@ -213,15 +213,15 @@ fn nftables() -> Check {
 }
 
 fn template(data_dir: &Path) -> Check {
-    let dir =
-        std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from).unwrap_or_else(|| data_dir.join("templates"));
-    if dir.join("code-interpreter").is_dir() {
-        ok(format!("template code-interpreter built ({})", dir.display()))
-    } else {
-        warn(
-            "template code-interpreter not built",
+    // Built on this data dir, or in a shared read-only store (`GLOVEBOX_TEMPLATES_DIR`).
+    let built_in = |store: &Path| store.join("templates/code-interpreter.json").is_file();
+    let shared = std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from);
+    match [Some(data_dir.to_path_buf()), shared].into_iter().flatten().find(|d| built_in(d)) {
+        Some(store) => ok(format!("template code-interpreter built ({})", store.display())),
+        None => warn(
+            "template code-interpreter not built (the first sandbox that asks for it builds it, a few minutes)",
             "glovebox template build -f templates/code-interpreter/Dockerfile -t code-interpreter",
-        )
+        ),
     }
 }
 

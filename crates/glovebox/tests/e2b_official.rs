@@ -102,7 +102,7 @@ fn official_code_interpreter_python_suite() {
     require_root!();
     let dir = std::env::var("GLOVEBOX_TEMPLATES_DIR").unwrap_or_default();
     assert!(
-        Path::new(&dir).join("code-interpreter/rootfs").is_dir(),
+        Path::new(&dir).join("templates/code-interpreter.json").is_file(),
         "GLOVEBOX_TEMPLATES_DIR ({dir:?}) has no code-interpreter template: run the suite with scripts/test, which builds it"
     );
     let d = Daemon::start_with_pool(2);
