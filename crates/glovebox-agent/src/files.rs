@@ -20,6 +20,7 @@
 //! - Blocking syscalls run on tokio's blocking pool; file data streams in `frame::CHUNK`
 //!   pieces, so memory stays bounded whatever the file size.
 
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -28,7 +29,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use glovebox_proto::agent::{ErrorCode, FileInfo, FileType, Reply, Request};
+use glovebox_proto::agent::{ErrorCode, FileInfo, FileType, Owner, Reply, Request};
 use glovebox_proto::frame::{self, Kind};
 use rustix::fs::{self as rfs, AtFlags, Dir, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
@@ -44,12 +45,18 @@ pub const MAX_LIST_DEPTH: u32 = 32;
 const MAX_REMOVE_DEPTH: usize = 256;
 const DEFAULT_FILE_MODE: u32 = 0o644;
 const DIR_MODE: u32 = 0o755;
+/// Linux's limit on an attribute name list and on one attribute value.
+const XATTR_MAX: usize = 64 << 10;
 /// `openat2` with `RESOLVE_IN_ROOT` returns `EAGAIN` when a rename races a `..` lookup.
 const OPENAT2_TRIES: usize = 16;
 /// Names removed per pass before a recursive remove rereads a directory.
 const REMOVE_BATCH: usize = 1024;
 
 static UPLOADS: AtomicU64 = AtomicU64::new(0);
+
+/// Names of upload temp files start with this, and end with `-r` when the upload replaces
+/// an existing name, `-n` when it is new (what watches report for them).
+pub const UPLOAD_PREFIX: &str = ".glovebox-upload-";
 
 /// Serves file requests against one sandbox root.
 pub struct Files {
@@ -205,7 +212,10 @@ impl Files {
     pub async fn handle(&self, req: Request, r: &mut Reader, w: &mut Writer) -> Result<(), ConnError> {
         match req {
             Request::ReadFile { path } => self.read_file(&path, w).await,
-            Request::WriteFile { path, mode, parents } => self.write_file(&path, mode, parents, r, w).await,
+            Request::WriteFile { path, mode, parents, owner, xattrs } => {
+                let new = NewFile { mode, parents, owner, xattrs };
+                self.write_file(&path, new, r, w).await
+            }
             Request::ListDir { path, depth } => {
                 let res = self
                     .run("list", &path, move |root, p, ctx| {
@@ -218,9 +228,11 @@ impl Files {
                 let res = self.run("stat", &path, |root, p, ctx| stat(root, &p, &ctx).map(Reply::FileInfo)).await;
                 reply(w, res).await
             }
-            Request::MakeDir { path, parents } => {
+            Request::MakeDir { path, parents, owner } => {
                 let res = self
-                    .run("mkdir", &path, move |root, p, ctx| make_dir(root, &p, parents, &ctx).map(Reply::FileInfo))
+                    .run("mkdir", &path, move |root, p, ctx| {
+                        make_dir(root, &p, parents, owner, &ctx).map(Reply::FileInfo)
+                    })
                     .await;
                 reply(w, res).await
             }
@@ -247,6 +259,15 @@ impl Files {
                 w.flush().await
             }
         }
+    }
+
+    /// Opens the directory `given` names for reading (resolved like every path here); for
+    /// a watch. Errors as they are sent to the daemon.
+    pub async fn open_dir(&self, given: &str) -> Result<OwnedFd, (ErrorCode, String)> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        self.run("watch", given, move |root, p, ctx| resolve(root, &p.rel(), flags).map_err(|e| ctx.errno(e)))
+            .await
+            .map_err(|e| (e.code(), e.to_string()))
     }
 
     fn parse(&self, given: &str, ctx: &Ctx) -> Result<SandboxPath, FileError> {
@@ -300,18 +321,11 @@ impl Files {
         reply(w, Ok(Reply::Ok)).await
     }
 
-    async fn write_file(
-        &self,
-        given: &str,
-        mode: Option<u32>,
-        parents: bool,
-        r: &mut Reader,
-        w: &mut Writer,
-    ) -> Result<(), ConnError> {
+    async fn write_file(&self, given: &str, new: NewFile, r: &mut Reader, w: &mut Writer) -> Result<(), ConnError> {
         let ctx = Ctx::new("write", given);
         // On failure keep draining until end_data, then report: replying early would make
         // the daemon's pending sends fail before it reads the reason.
-        let mut upload = self.run("write", given, move |root, p, ctx| start_upload(root, p, mode, parents, &ctx)).await;
+        let mut upload = self.run("write", given, move |root, p, ctx| start_upload(root, p, new, &ctx)).await;
         loop {
             match r.next().await? {
                 None => {
@@ -397,7 +411,7 @@ fn open_dir_path(root: BorrowedFd<'_>, parts: &[String]) -> Result<OwnedFd, Errn
 /// `mkdir -p`: the directory `parts` names, creating missing components with mode 0755.
 /// Returns an `O_PATH` fd of it. A final component that exists but is not a directory is
 /// `EEXIST`.
-fn make_dirs(root: BorrowedFd<'_>, parts: &[String]) -> Result<OwnedFd, Errno> {
+fn make_dirs(root: BorrowedFd<'_>, parts: &[String], owner: Option<Owner>) -> Result<OwnedFd, Errno> {
     match open_dir_path(root, parts) {
         Ok(fd) => return Ok(fd),
         Err(Errno::NOENT | Errno::NOTDIR) => {}
@@ -410,7 +424,7 @@ fn make_dirs(root: BorrowedFd<'_>, parts: &[String]) -> Result<OwnedFd, Errno> {
             Ok(fd) => fd,
             Err(Errno::NOENT) => {
                 match rfs::mkdirat(&cur, parts[i].as_str(), Mode::from_raw_mode(DIR_MODE)) {
-                    Ok(()) => set_dir_mode(cur.as_fd(), &parts[i]),
+                    Ok(()) => set_dir_mode(cur.as_fd(), &parts[i], owner)?,
                     // Raced with another creator, or a dangling symlink (the reopen fails).
                     Err(Errno::EXIST) => {}
                     Err(e) => return Err(e),
@@ -424,12 +438,22 @@ fn make_dirs(root: BorrowedFd<'_>, parts: &[String]) -> Result<OwnedFd, Errno> {
     Ok(cur)
 }
 
-/// Gives a directory we just created exactly `DIR_MODE`, whatever the agent's umask.
-/// Best effort: if it was swapped meanwhile, `O_NOFOLLOW` makes this a no-op on links.
-fn set_dir_mode(parent: BorrowedFd<'_>, name: &str) {
+/// Gives a directory we just created exactly `DIR_MODE`, whatever the agent's umask, and
+/// the owner asked for. If it was swapped meanwhile, `O_NOFOLLOW` makes this a no-op on
+/// links; a failed chown is an error (the caller asked for that owner).
+fn set_dir_mode(parent: BorrowedFd<'_>, name: &str, owner: Option<Owner>) -> Result<(), Errno> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     if let Ok(fd) = rfs::openat(parent, name, flags, Mode::empty()) {
         let _ = rfs::fchmod(&fd, Mode::from_raw_mode(DIR_MODE));
+        chown(&fd, owner)?;
+    }
+    Ok(())
+}
+
+fn chown(fd: &OwnedFd, owner: Option<Owner>) -> Result<(), Errno> {
+    match owner {
+        Some(o) => rfs::fchown(fd, Some(rfs::Uid::from_raw(o.uid)), Some(rfs::Gid::from_raw(o.gid))),
+        None => Ok(()),
     }
 }
 
@@ -458,6 +482,7 @@ fn info(path: String, name: String, st: &rfs::Stat, target: Option<String>) -> F
         gid: st.st_gid as u32,
         mtime: st.st_mtime as i64,
         target,
+        xattrs: BTreeMap::new(),
     }
 }
 
@@ -481,7 +506,40 @@ fn lstat_info<P: rustix::path::Arg + Copy>(
     } else {
         None
     };
-    Ok(info(path, shown_name, &st, target))
+    let mut fi = info(path, shown_name, &st, target);
+    if fi.kind == FileType::File {
+        fi.xattrs = file_xattrs(dir, name, &st);
+    }
+    Ok(fi)
+}
+
+/// The `user.` extended attributes of the regular file `name` in `dir` (`st` its `lstat`).
+/// There is no `*at` form of the xattr calls, so the file is opened — without following a
+/// link, non-blocking and without a controlling tty, so nothing swapped in meanwhile can
+/// hang or act — and kept only if it is still the inode `st` describes. Best effort: an
+/// attribute that cannot be read is left out.
+fn file_xattrs<P: rustix::path::Arg + Copy>(dir: BorrowedFd<'_>, name: P, st: &rfs::Stat) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let Ok(fd) = rfs::openat(dir, name, flags, Mode::empty()) else { return out };
+    match rfs::fstat(&fd) {
+        Ok(now) if now.st_dev == st.st_dev && now.st_ino == st.st_ino => {}
+        _ => return out,
+    }
+    match rfs::flistxattr_query(&fd) {
+        Ok(0) | Err(_) => return out,
+        Ok(_) => {}
+    }
+    let mut names = vec![0u8; XATTR_MAX];
+    let Ok(n) = rfs::flistxattr(&fd, &mut names[..]) else { return out };
+    let mut value = vec![0u8; XATTR_MAX];
+    for key in names[..n].split(|b| *b == 0).filter(|k| k.starts_with(b"user.")) {
+        let Ok(key) = std::str::from_utf8(key) else { continue };
+        if let Ok(len) = rfs::fgetxattr(&fd, key, &mut value[..]) {
+            out.insert(key.to_string(), String::from_utf8_lossy(&value[..len]).into_owned());
+        }
+    }
+    out
 }
 
 fn stat(root: BorrowedFd<'_>, p: &SandboxPath, ctx: &Ctx) -> Result<FileInfo, FileError> {
@@ -535,7 +593,16 @@ struct Upload {
     path: String,
     file: Arc<File>,
     mode: u32,
+    owner: Option<Owner>,
     placed: bool,
+}
+
+/// How `WriteFile` places a new file besides its data.
+struct NewFile {
+    mode: Option<u32>,
+    parents: bool,
+    owner: Option<Owner>,
+    xattrs: BTreeMap<String, String>,
 }
 
 impl Drop for Upload {
@@ -557,20 +624,26 @@ impl Upload {
 
     fn finish(mut self, ctx: &Ctx) -> Result<FileInfo, FileError> {
         rfs::fchmod(&*self.file, Mode::from_raw_mode(self.mode)).map_err(|e| ctx.errno(e))?;
+        if let Some(o) = self.owner {
+            let (uid, gid) = (rfs::Uid::from_raw(o.uid), rfs::Gid::from_raw(o.gid));
+            rfs::fchown(&*self.file, Some(uid), Some(gid)).map_err(|e| ctx.errno(e))?;
+        }
         rfs::renameat(&self.dir, self.tmp.as_str(), &self.dir, self.name.as_str()).map_err(|e| ctx.errno(e))?;
         self.placed = true;
         let st = rfs::fstat(&*self.file).map_err(|e| ctx.errno(e))?;
-        Ok(info(self.path.clone(), self.name.clone(), &st, None))
+        let mut fi = info(self.path.clone(), self.name.clone(), &st, None);
+        fi.xattrs = file_xattrs(self.dir.as_fd(), self.name.as_str(), &st);
+        Ok(fi)
     }
 }
 
-fn start_upload(
-    root: BorrowedFd<'_>,
-    p: SandboxPath,
-    mode: Option<u32>,
-    parents: bool,
-    ctx: &Ctx,
-) -> Result<Upload, FileError> {
+fn start_upload(root: BorrowedFd<'_>, p: SandboxPath, new: NewFile, ctx: &Ctx) -> Result<Upload, FileError> {
+    let NewFile { mode, parents, owner, xattrs } = new;
+    for key in xattrs.keys() {
+        if !key.starts_with("user.") || key.len() == "user.".len() {
+            return Err(ctx.invalid(format!("extended attribute {:?} is not in the user. namespace", key)));
+        }
+    }
     if let Some(m) = mode {
         if m & !0o777 != 0 {
             return Err(ctx.invalid(format!("mode {m:o} has bits outside 0777")));
@@ -579,14 +652,18 @@ fn start_upload(
     let Some((parent, name)) = p.split() else {
         return Err(ctx.errno(Errno::ISDIR));
     };
-    let dir = if parents { make_dirs(root, parent) } else { open_dir_path(root, parent) };
+    let dir = if parents { make_dirs(root, parent, owner) } else { open_dir_path(root, parent) };
     let dir = dir.map_err(|e| ctx.errno(e))?;
     // Like O_TRUNC on an existing file, keep its mode unless one was asked for.
     let mut keep_mode = None;
+    let mut replaces = false;
     match rfs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => match kind_of(&st) {
-            FileType::File => keep_mode = Some(mode_bits(&st) & 0o777),
-            FileType::Symlink => {}
+            FileType::File => {
+                keep_mode = Some(mode_bits(&st) & 0o777);
+                replaces = true;
+            }
+            FileType::Symlink => replaces = true,
             FileType::Dir => return Err(ctx.errno(Errno::ISDIR)),
             FileType::Other => return Err(ctx.invalid("not a regular file")),
         },
@@ -598,7 +675,7 @@ fn start_upload(
     let mut tries = 0;
     let (tmp, fd) = loop {
         let n = UPLOADS.fetch_add(1, Ordering::Relaxed);
-        let tmp = format!(".glovebox-upload-{}-{n}", std::process::id());
+        let tmp = format!("{UPLOAD_PREFIX}{}-{n}-{}", std::process::id(), if replaces { "r" } else { "n" });
         // 0600 until finished, so a half-written file is private.
         match rfs::openat(&dir, tmp.as_str(), flags, Mode::from_raw_mode(0o600)) {
             Ok(fd) => break (tmp, fd),
@@ -606,7 +683,14 @@ fn start_upload(
             Err(e) => return Err(ctx.errno(e)),
         }
     };
-    Ok(Upload { dir, tmp, name: name.to_string(), path: p.abs(), file: Arc::new(File::from(fd)), mode, placed: false })
+    let file = Arc::new(File::from(fd));
+    let up = Upload { dir, tmp, name: name.to_string(), path: p.abs(), file, mode, owner, placed: false };
+    for (key, value) in &xattrs {
+        // On the temp file, so the attributes arrive with the data, atomically.
+        rfs::fsetxattr(&*up.file, key.as_str(), value.as_bytes(), rfs::XattrFlags::empty())
+            .map_err(|e| ctx.errno(e))?;
+    }
+    Ok(up)
 }
 
 // ---- list ----
@@ -672,9 +756,15 @@ fn is_dot(name: &CStr) -> bool {
 
 // ---- mkdir, remove, rename ----
 
-fn make_dir(root: BorrowedFd<'_>, p: &SandboxPath, parents: bool, ctx: &Ctx) -> Result<FileInfo, FileError> {
+fn make_dir(
+    root: BorrowedFd<'_>,
+    p: &SandboxPath,
+    parents: bool,
+    owner: Option<Owner>,
+    ctx: &Ctx,
+) -> Result<FileInfo, FileError> {
     if parents {
-        let fd = make_dirs(root, &p.parts).map_err(|e| ctx.errno(e))?;
+        let fd = make_dirs(root, &p.parts, owner).map_err(|e| ctx.errno(e))?;
         let st = rfs::fstat(&fd).map_err(|e| ctx.errno(e))?;
         return Ok(info(p.abs(), p.name(), &st, None));
     }
@@ -683,7 +773,7 @@ fn make_dir(root: BorrowedFd<'_>, p: &SandboxPath, parents: bool, ctx: &Ctx) -> 
     };
     let dir = open_dir_path(root, parent).map_err(|e| ctx.errno(e))?;
     rfs::mkdirat(&dir, name, Mode::from_raw_mode(DIR_MODE)).map_err(|e| ctx.errno(e))?;
-    set_dir_mode(dir.as_fd(), name);
+    set_dir_mode(dir.as_fd(), name, owner).map_err(|e| ctx.errno(e))?;
     lstat_info(dir.as_fd(), name, p.abs(), p.name()).map_err(|e| ctx.errno(e))
 }
 

@@ -119,7 +119,12 @@ async fn call(files: &Files, req: Request, upload: Option<&[u8]>) -> Outcome {
 }
 
 async fn write(files: &Files, path: &str, bytes: &[u8]) -> Outcome {
-    call(files, Request::WriteFile { path: path.into(), mode: None, parents: true }, Some(bytes)).await
+    call(
+        files,
+        Request::WriteFile { path: path.into(), mode: None, parents: true, owner: None, xattrs: Default::default() },
+        Some(bytes),
+    )
+    .await
 }
 
 async fn read(files: &Files, path: &str) -> Outcome {
@@ -164,9 +169,18 @@ async fn write_then_read_round_trip() {
     std::fs::set_permissions(fx.host("/data/deep/blob.bin"), std::fs::Permissions::from_mode(0o750)).unwrap();
     assert_eq!(write(&fx.files, "/data/deep/blob.bin", b"short").await.info().mode, 0o750);
     assert_eq!(read_ok(&fx.files, "/data/deep/blob.bin").await, b"short");
-    let o =
-        call(&fx.files, Request::WriteFile { path: "/x.sh".into(), mode: Some(0o700), parents: false }, Some(b"#!"))
-            .await;
+    let o = call(
+        &fx.files,
+        Request::WriteFile {
+            path: "/x.sh".into(),
+            mode: Some(0o700),
+            parents: false,
+            owner: None,
+            xattrs: Default::default(),
+        },
+        Some(b"#!"),
+    )
+    .await;
     assert_eq!(o.info().mode, 0o700);
     // An empty upload is an empty file.
     assert_eq!(write(&fx.files, "/empty", b"").await.info().size, 0);
@@ -189,15 +203,35 @@ async fn bad_paths_and_modes_are_invalid() {
     let (code, msg) = read(&fx.files, "").await.error();
     assert_eq!((code, msg.as_str()), (ErrorCode::InvalidArgument, "read: empty path"));
     assert_eq!(read(&fx.files, "a\0b").await.error().0, ErrorCode::InvalidArgument);
-    let o =
-        call(&fx.files, Request::WriteFile { path: "/m".into(), mode: Some(0o4755), parents: true }, Some(b"x")).await;
+    let o = call(
+        &fx.files,
+        Request::WriteFile {
+            path: "/m".into(),
+            mode: Some(0o4755),
+            parents: true,
+            owner: None,
+            xattrs: Default::default(),
+        },
+        Some(b"x"),
+    )
+    .await;
     assert_eq!(o.error().0, ErrorCode::InvalidArgument);
     assert!(!fx.host("/m").exists());
     assert_eq!(read(&fx.files, "/home").await.error().0, ErrorCode::IsADirectory);
     assert_eq!(write(&fx.files, "/home", b"x").await.error().0, ErrorCode::IsADirectory);
     assert_eq!(write(&fx.files, "/", b"x").await.error().0, ErrorCode::IsADirectory);
-    let o =
-        call(&fx.files, Request::WriteFile { path: "/no/such/f".into(), mode: None, parents: false }, Some(b"x")).await;
+    let o = call(
+        &fx.files,
+        Request::WriteFile {
+            path: "/no/such/f".into(),
+            mode: None,
+            parents: false,
+            owner: None,
+            xattrs: Default::default(),
+        },
+        Some(b"x"),
+    )
+    .await;
     assert_eq!(o.error().0, ErrorCode::NotFound);
     assert!(o.conn_ok, "a file error is not a connection error");
 }
@@ -258,7 +292,7 @@ async fn dot_dot_and_symlinks_stay_inside_the_root() {
     assert!(names.contains(&"/evil2/etc".to_string()), "{names:?}");
     assert!(!names.iter().any(|n| n.ends_with("/root")), "{names:?}");
     // Mkdir, rename and remove through the links stay inside too.
-    call(&fx.files, Request::MakeDir { path: "/evil2/made".into(), parents: false }, None).await.info();
+    call(&fx.files, Request::MakeDir { path: "/evil2/made".into(), parents: false, owner: None }, None).await.info();
     assert!(fx.host("/made").is_dir() && !fx.outside("made").exists());
     let o = call(&fx.files, Request::Rename { from: "/evil/secret.txt".into(), to: "/evil2/moved".into() }, None).await;
     assert_eq!(o.info().path, "/evil2/moved");
@@ -330,7 +364,13 @@ async fn interrupted_upload_leaves_nothing() {
     std::fs::create_dir_all(fx.host("/up")).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
     let mut client = Client(b);
-    let req = Request::WriteFile { path: "/up/big.bin".into(), mode: None, parents: false };
+    let req = Request::WriteFile {
+        path: "/up/big.bin".into(),
+        mode: None,
+        parents: false,
+        owner: None,
+        xattrs: Default::default(),
+    };
     let server = async {
         let (mut r, mut w) = conn::split(a);
         fx.files.handle(req, &mut r, &mut w).await
@@ -352,7 +392,13 @@ async fn interrupted_upload_leaves_nothing() {
     std::fs::write(fx.host("/up/big.bin"), b"old").unwrap();
     let (a, b) = UnixStream::pair().unwrap();
     let mut client = Client(b);
-    let req = Request::WriteFile { path: "/up/big.bin".into(), mode: None, parents: false };
+    let req = Request::WriteFile {
+        path: "/up/big.bin".into(),
+        mode: None,
+        parents: false,
+        owner: None,
+        xattrs: Default::default(),
+    };
     let server = async {
         let (mut r, mut w) = conn::split(a);
         fx.files.handle(req, &mut r, &mut w).await
@@ -372,7 +418,13 @@ async fn upload_protocol_violation_leaves_nothing() {
     let fx = Fixture::new();
     let (a, b) = UnixStream::pair().unwrap();
     let mut client = Client(b);
-    let req = Request::WriteFile { path: "/v.bin".into(), mode: None, parents: false };
+    let req = Request::WriteFile {
+        path: "/v.bin".into(),
+        mode: None,
+        parents: false,
+        owner: None,
+        xattrs: Default::default(),
+    };
     let server = async {
         let (mut r, mut w) = conn::split(a);
         fx.files.handle(req, &mut r, &mut w).await.is_ok()
@@ -477,7 +529,7 @@ async fn rename_moves_files_and_dirs() {
 #[tokio::test]
 async fn mkdir_with_and_without_parents() {
     let fx = Fixture::new();
-    let mk = |p: &str, parents| Request::MakeDir { path: p.into(), parents };
+    let mk = |p: &str, parents| Request::MakeDir { path: p.into(), parents, owner: None };
     let fi = call(&fx.files, mk("/x/y/z", true), None).await.info();
     assert_eq!((fi.path.as_str(), fi.name.as_str(), fi.kind, fi.mode), ("/x/y/z", "z", FileType::Dir, 0o755));
     assert!(fx.host("/x/y/z").is_dir());
@@ -517,4 +569,38 @@ async fn stat_reports_symlinks_without_following() {
 async fn non_file_requests_are_protocol_errors() {
     let fx = Fixture::new();
     assert_eq!(call(&fx.files, Request::EndData, None).await.error().0, ErrorCode::Protocol);
+}
+
+#[tokio::test]
+async fn owner_and_xattrs_of_new_files() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new();
+    let owner = Some(Owner { uid: 1234, gid: 2345 });
+    let xattrs: BTreeMap<String, String> = [("user.e2b.author".to_string(), "mish".to_string())].into();
+    let req =
+        Request::WriteFile { path: "/new/dir/f".into(), mode: None, parents: true, owner, xattrs: xattrs.clone() };
+    let fi = call(&fx.files, req, Some(b"x")).await.info();
+    assert_eq!((fi.uid, fi.gid, &fi.xattrs), (1234, 2345, &xattrs));
+    for made in ["/new", "/new/dir", "/new/dir/f"] {
+        let md = std::fs::metadata(fx.host(made)).unwrap();
+        assert_eq!((md.uid(), md.gid()), (1234, 2345), "{made}");
+    }
+    // Stat and listing show the attributes; a rename keeps them.
+    assert_eq!(call(&fx.files, Request::Stat { path: "/new/dir/f".into() }, None).await.info().xattrs, xattrs);
+    let req = Request::Rename { from: "/new/dir/f".into(), to: "/new/dir/g".into() };
+    assert_eq!(call(&fx.files, req, None).await.info().xattrs, xattrs);
+    match call(&fx.files, Request::ListDir { path: "/new/dir".into(), depth: 1 }, None).await.only() {
+        Reply::Entries { entries } => assert_eq!(entries[0].xattrs, xattrs),
+        other => panic!("{other:?}"),
+    }
+    // Overwriting without attributes leaves none behind.
+    assert!(write(&fx.files, "/new/dir/g", b"y").await.info().xattrs.is_empty());
+    // Only the user. namespace can be set.
+    let bad: BTreeMap<String, String> = [("trusted.x".to_string(), "v".to_string())].into();
+    let req = Request::WriteFile { path: "/h".into(), mode: None, parents: false, owner: None, xattrs: bad };
+    assert_eq!(call(&fx.files, req, Some(b"x")).await.error().0, ErrorCode::InvalidArgument);
+    assert!(!fx.host("/h").exists());
+    // A directory made with an owner.
+    let fi = call(&fx.files, Request::MakeDir { path: "/d2".into(), parents: false, owner }, None).await.info();
+    assert_eq!((fi.uid, fi.gid), (1234, 2345));
 }

@@ -10,6 +10,7 @@ mod conn;
 mod exec;
 mod files;
 mod spare;
+mod watch;
 mod zygote;
 
 use std::sync::Arc;
@@ -146,6 +147,9 @@ async fn handle(
         | Request::MakeDir { .. }
         | Request::Remove { .. }
         | Request::Rename { .. }) => files.handle(req, &mut r, &mut w).await,
-        Request::EndData | Request::EndStdin => w.error(ErrorCode::Protocol, "unexpected message").await,
+        Request::WatchDir { path, recursive } => watch::serve(files, &path, recursive, r, w).await,
+        Request::EndData | Request::EndStdin | Request::WatchSync => {
+            w.error(ErrorCode::Protocol, "unexpected message").await
+        }
     }
 }

@@ -10,7 +10,7 @@ use futures_util::{Stream, StreamExt};
 use glovebox_proto::agent::{self as ap, ExecSpec, FileInfo};
 use glovebox_proto::api::{CommandList, CommandSummary, Encoding, ExecRequest, ExecResult, ExecStreamLine, Started};
 
-use crate::agent::{AgentError, Op, Output, Running};
+use crate::agent::{AgentError, DirWatch, NewFile, Op, Output, Running};
 use crate::error::{Error, Result};
 use crate::manager::{Manager, Sb};
 
@@ -201,13 +201,23 @@ pub async fn list_dir(m: &Manager, sb: &Sb, path: String, depth: u32) -> Result<
     sb.agent().list_dir(path, depth).await.map_err(failed(m, sb, Op::File))
 }
 
-/// Makes a directory and its missing parents.
-pub async fn make_dir(m: &Manager, sb: &Sb, path: String) -> Result<FileInfo> {
-    sb.agent().make_dir(path, true).await.map_err(failed(m, sb, Op::File))
+/// Makes a directory and its missing parents (the new ones owned by `owner`, default root).
+pub async fn make_dir(m: &Manager, sb: &Sb, path: String, owner: Option<ap::Owner>) -> Result<FileInfo> {
+    sb.agent().make_dir(path, true, owner).await.map_err(failed(m, sb, Op::File))
 }
 
 pub async fn remove(m: &Manager, sb: &Sb, path: String, recursive: bool) -> Result<()> {
     sb.agent().remove(path, recursive).await.map_err(failed(m, sb, Op::File))
+}
+
+/// Starts watching a directory inside the sandbox.
+pub async fn watch_dir(m: &Manager, sb: &Sb, path: String, recursive: bool) -> Result<DirWatch> {
+    sb.agent().watch_dir(path, recursive).await.map_err(failed(m, sb, Op::File))
+}
+
+/// A watch's changes since the last call, and whether some were dropped.
+pub async fn watch_events(m: &Manager, sb: &Sb, watch: &mut DirWatch) -> Result<(Vec<ap::FsEvent>, bool)> {
+    watch.events().await.map_err(failed(m, sb, Op::File))
 }
 
 pub async fn rename(m: &Manager, sb: &Sb, from: String, to: String) -> Result<FileInfo> {
@@ -230,7 +240,7 @@ pub async fn download(
     Ok((info, stream))
 }
 
-pub async fn upload<S, E>(m: &Manager, sb: &Sb, path: String, mode: Option<u32>, body: S) -> Result<FileInfo>
+pub async fn upload<S, E>(m: &Manager, sb: &Sb, path: String, new: NewFile, body: S) -> Result<FileInfo>
 where
     S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
@@ -249,7 +259,7 @@ where
             e
         }
     };
-    let mut up = sb.agent().write_file(path, mode).await.map_err(failed(m, sb, Op::File))?;
+    let mut up = sb.agent().write_file(path, new).await.map_err(failed(m, sb, Op::File))?;
     let mut body = body;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| Error::Invalid(format!("upload body: {e}")))?;

@@ -59,6 +59,58 @@ pub fn rfc3339(t: SystemTime) -> String {
     format!("{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, (rem / 60) % 60, rem % 60, d.subsec_millis())
 }
 
+/// Seconds since the epoch of an RFC 3339 time (`2026-12-04T17:38:31.539Z`, any fraction,
+/// `Z` or a `±HH:MM` offset); `None` if it is not one.
+pub fn parse_rfc3339(s: &str) -> Option<f64> {
+    let num = |a: usize, b: usize| s.get(a..b).filter(|t| t.bytes().all(|c| c.is_ascii_digit()))?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (h, mi, sec) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    let seps = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
+    if !seps.iter().all(|(i, c)| s.as_bytes().get(*i) == Some(c))
+        || !matches!(s.as_bytes().get(10), Some(b'T' | b't' | b' '))
+    {
+        return None;
+    }
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut frac = 0.0;
+    if let Some(r) = rest.strip_prefix('.') {
+        let n = r.bytes().take_while(u8::is_ascii_digit).count();
+        frac = format!("0.{}", &r[..n]).parse::<f64>().ok()?;
+        rest = &r[n..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let t = &rest[1..];
+            if t.len() != 5 || t.as_bytes()[2] != b':' {
+                return None;
+            }
+            sign * (t[..2].parse::<i64>().ok()? * 3600 + t[3..].parse::<i64>().ok()? * 60)
+        }
+    };
+    let days = days_from_civil(y, mo as u32, d as u32);
+    Some((days * 86_400 + h * 3600 + mi * 60 + sec - offset) as f64 + frac)
+}
+
+/// (year, month, day) to days since 1970-01-01 (the inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
 /// (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -97,6 +149,11 @@ mod tests {
     #[test]
     fn formats_known_instants() {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(parse_rfc3339("2000-02-29T00:00:00.250Z"), Some(951_782_400.25));
+        assert_eq!(parse_rfc3339("2026-12-01T09:05:01+02:00"), Some(1_796_108_701.0));
+        assert_eq!(parse_rfc3339("2026-12-01T07:05:01.5-00:00"), Some(1_796_108_701.5));
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00"), None);
+        assert_eq!(parse_rfc3339("yesterday"), None);
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_millis(951_782_400_250)), "2000-02-29T00:00:00.250Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_796_108_701)), "2026-12-01T07:05:01.000Z");
     }

@@ -42,6 +42,9 @@ pub struct FileInfo {
     /// Where a symlink points (not followed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// A regular file's extended attributes in the `user.` namespace (full names).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub xattrs: std::collections::BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -89,6 +92,7 @@ mod tests {
                 gid: 1000,
                 mtime: 1_700_000_000,
                 target,
+                xattrs: [("user.e2b.tag".to_string(), "x".to_string())].into(),
             });
         }
     }

@@ -121,6 +121,14 @@ pub enum Request {
         /// Create missing parent directories.
         #[serde(default = "yes")]
         parents: bool,
+        /// Owner of the file and of the parent directories this request creates (default:
+        /// the agent's, root).
+        #[serde(default)]
+        owner: Option<Owner>,
+        /// Extended attributes of the new file, full names in the `user.` namespace. The
+        /// file replaces any old one whole, so an old file's attributes never carry over.
+        #[serde(default)]
+        xattrs: BTreeMap<String, String>,
     },
     /// Ends the data of a `WriteFile`.
     EndData,
@@ -137,6 +145,9 @@ pub enum Request {
         path: String,
         #[serde(default = "yes")]
         parents: bool,
+        /// Owner of the directories this request creates (default: the agent's, root).
+        #[serde(default)]
+        owner: Option<Owner>,
     },
     /// Reply: `Reply::Ok`.
     Remove {
@@ -148,6 +159,17 @@ pub enum Request {
     Rename { from: String, to: String },
     /// Reply: `Reply::Usage`.
     Usage,
+    /// Watches a directory (and, when `recursive`, the directories below it, new ones
+    /// included). Reply: `Reply::Ok` once watching. Then each `WatchSync` the daemon sends on
+    /// the connection is answered with `Reply::FsEvents`: what happened since the last one,
+    /// up to the moment of the sync. The watch ends with the connection.
+    WatchDir {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Asks a `WatchDir` exchange for its events.
+    WatchSync,
 }
 
 fn yes() -> bool {
@@ -193,6 +215,7 @@ pub enum Reply {
     Commands { commands: Vec<CommandInfo> },
     FileInfo(FileInfo),
     Entries { entries: Vec<FileInfo> },
+    FsEvents { events: Vec<FsEvent>, overflowed: bool },
     Usage(Usage),
 }
 
@@ -248,6 +271,37 @@ pub struct FileInfo {
     /// Where a symlink points (not followed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// A regular file's extended attributes in the `user.` namespace (full names; values
+    /// that are not UTF-8 are shown lossily).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xattrs: BTreeMap<String, String>,
+}
+
+/// One change seen by a `WatchDir`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FsEvent {
+    /// Path relative to the watched directory.
+    pub name: String,
+    pub op: FsOp,
+}
+
+/// What happened to a name. A file the file API writes (a temp file renamed into place)
+/// shows as `Create`, `Write`, `Chmod` when it is new and `Write` when it replaces one.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FsOp {
+    Create,
+    Write,
+    Remove,
+    Rename,
+    Chmod,
+}
+
+/// A uid and gid inside the sandbox.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// Resource usage the agent sees from inside (the daemon reads cgroups for the rest).

@@ -116,6 +116,14 @@ fn commands() {
 }
 
 #[test]
+fn envd_surface() {
+    require_root!();
+    let d = Daemon::start();
+    run_script(&d, "envd.py", 27, Duration::from_secs(240), &[]);
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
 fn files() {
     require_root!();
     let d = Daemon::start();

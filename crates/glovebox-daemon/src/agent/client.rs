@@ -1,16 +1,54 @@
 //! [`AgentClient`]: one typed method per agent request. Each call opens its own connection to
 //! the agent socket (the protocol's one exchange per connection).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use glovebox_proto::agent::{CommandInfo, Event, ExecSpec, FileInfo, Reply, Request, Usage};
+use glovebox_proto::agent::{CommandInfo, Event, ExecSpec, FileInfo, FsEvent, Owner, Reply, Request, Usage};
 use glovebox_proto::frame::{Kind, CHUNK};
 use glovebox_proto::io::{self, Reader, Writer};
 use tokio::time::Instant;
 
 use super::command::{send_stdin, OutputStream, Running, Session, StdinWriter};
 use super::{AgentError, END_SLACK, REPLY_TIMEOUT};
+
+/// How a written file is placed besides its data: its mode (default 0644, or the old file's),
+/// owner (of it and of the parents made for it; default root) and `user.` extended
+/// attributes (full names).
+#[derive(Debug, Clone, Default)]
+pub struct NewFile {
+    pub mode: Option<u32>,
+    pub owner: Option<Owner>,
+    pub xattrs: BTreeMap<String, String>,
+}
+
+impl NewFile {
+    pub fn with_mode(mode: Option<u32>) -> NewFile {
+        NewFile { mode, ..NewFile::default() }
+    }
+}
+
+/// A directory watch in the agent; dropping it ends the watch.
+pub struct DirWatch {
+    r: Reader,
+    w: Writer,
+}
+
+impl DirWatch {
+    /// The changes since the last call (or the start of the watch), and whether some were
+    /// dropped (too many, or too many directories).
+    pub async fn events(&mut self) -> Result<(Vec<FsEvent>, bool), AgentError> {
+        let sync = async {
+            self.w.json(&Request::WatchSync).await?;
+            Ok::<_, AgentError>(self.r.json::<Reply>().await?)
+        };
+        match tokio::time::timeout(REPLY_TIMEOUT, sync).await.map_err(|_| NO_ANSWER)?? {
+            Reply::FsEvents { events, overflowed } => Ok((events, overflowed)),
+            other => Err(unexpected(other)),
+        }
+    }
+}
 
 /// The agent of one sandbox, reached through its socket.
 #[derive(Debug, Clone)]
@@ -93,12 +131,26 @@ impl AgentClient {
         }
     }
 
-    pub async fn make_dir(&self, path: String, parents: bool) -> Result<FileInfo, AgentError> {
-        self.file_info(&Request::MakeDir { path, parents }).await
+    /// Makes a directory (and its missing parents), the new ones owned by `owner`.
+    pub async fn make_dir(&self, path: String, parents: bool, owner: Option<Owner>) -> Result<FileInfo, AgentError> {
+        self.file_info(&Request::MakeDir { path, parents, owner }).await
     }
 
     pub async fn remove(&self, path: String, recursive: bool) -> Result<(), AgentError> {
         self.ok(&Request::Remove { path, recursive }).await
+    }
+
+    /// Starts watching a directory (and those below it when `recursive`).
+    pub async fn watch_dir(&self, path: String, recursive: bool) -> Result<DirWatch, AgentError> {
+        let start = async {
+            let (mut r, w) = self.open(&Request::WatchDir { path, recursive }).await?;
+            let reply = r.json::<Reply>().await?;
+            Ok::<_, AgentError>((r, w, reply))
+        };
+        match tokio::time::timeout(REPLY_TIMEOUT, start).await.map_err(|_| NO_ANSWER)?? {
+            (r, w, Reply::Ok) => Ok(DirWatch { r, w }),
+            (_, _, other) => Err(unexpected(other)),
+        }
     }
 
     /// Renames `from` to `to`; the destination's info.
@@ -134,8 +186,9 @@ impl AgentClient {
 
     /// Opens a file for writing (missing parents made); its contents follow through the
     /// returned [`Upload`].
-    pub async fn write_file(&self, path: String, mode: Option<u32>) -> Result<Upload, AgentError> {
-        let (r, w) = self.open(&Request::WriteFile { path, mode, parents: true }).await?;
+    pub async fn write_file(&self, path: String, new: NewFile) -> Result<Upload, AgentError> {
+        let NewFile { mode, owner, xattrs } = new;
+        let (r, w) = self.open(&Request::WriteFile { path, mode, parents: true, owner, xattrs }).await?;
         Ok(Upload { r, w })
     }
 

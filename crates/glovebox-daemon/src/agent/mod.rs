@@ -18,7 +18,7 @@ mod tests;
 
 use std::time::Duration;
 
-pub use client::{AgentClient, FileReader, Upload};
+pub use client::{AgentClient, DirWatch, FileReader, NewFile, Upload};
 pub use command::{Output, OutputStream, Running, Session, StdinWriter};
 pub use error::{AgentError, Op};
 

@@ -40,6 +40,7 @@ fn info(path: &str) -> FileInfo {
         gid: 0,
         mtime: 0,
         target: None,
+        xattrs: Default::default(),
     }
 }
 
@@ -216,7 +217,7 @@ async fn files_go_both_ways_in_chunks() {
     assert_eq!(file.next().await.unwrap().as_deref(), Some(&b"hello"[..]));
     assert_eq!(file.next().await.unwrap(), None);
 
-    let mut up = agent.write_file("/g".into(), None).await.unwrap();
+    let mut up = agent.write_file("/g".into(), NewFile::default()).await.unwrap();
     up.send(b"abc").await.unwrap();
     up.send(b"de").await.unwrap();
     assert_eq!(up.finish().await.unwrap().path, "/g");
@@ -248,7 +249,7 @@ async fn a_refused_upload_reports_the_agents_reason() {
             other => panic!("unexpected request {other:?}"),
         }
     });
-    let mut up = agent.write_file("/big".into(), Some(0o600)).await.unwrap();
+    let mut up = agent.write_file("/big".into(), NewFile::with_mode(Some(0o600))).await.unwrap();
     let big = vec![7u8; 8 << 20];
     let e = up.send(&big).await.unwrap_err();
     assert!(matches!(e, AgentError::Refused { code: ErrorCode::NoSpace, .. }), "{e:?}");

@@ -271,22 +271,47 @@ async fn list(
     let filters = q.get("metadata").map(|m| metadata_filter(m)).unwrap_or_default();
     let states: Option<Vec<&str>> = q.get("state").map(|s| s.split(',').map(str::trim).collect());
     let template = q.get("template").map(|t| template_name(t).to_string());
-    let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(usize::MAX);
-    let mut out: Vec<Value> = st
-        .app
-        .manager
-        .list_for(&caller)
+    let limit = match q.get("limit") {
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or_else(|| RestError::new(StatusCode::BAD_REQUEST, "limit must be a positive integer"))?,
+        None => usize::MAX,
+    };
+    let started_after = match q.get("startedAfter") {
+        Some(t) => Some(
+            crate::util::parse_rfc3339(t)
+                .ok_or_else(|| RestError::new(StatusCode::BAD_REQUEST, "startedAfter must be an RFC 3339 time"))?,
+        ),
+        None => None,
+    };
+    // Newest first unless `order=asc`; the next token is the last id of a page.
+    let mut all = st.app.manager.list_for(&caller);
+    if q.get("order").is_none_or(|o| o != "asc") {
+        all.reverse();
+    }
+    let after = match q.get("nextToken") {
+        Some(t) => all.iter().position(|s| &s.id == t).map(|i| i + 1).unwrap_or(all.len()),
+        None => 0,
+    };
+    let page: Vec<&Sandbox> = all[after..]
         .iter()
         .filter(|s| states.as_ref().is_none_or(|w| w.contains(&s.state.as_str())))
         .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
         .filter(|s| template.as_ref().is_none_or(|t| &s.template == t))
-        .take(limit)
-        .map(listed)
+        .filter(|s| started_after.is_none_or(|a| crate::util::parse_rfc3339(&s.created_at).is_some_and(|c| c >= a)))
+        .take(limit.saturating_add(1))
         .collect();
-    if q.get("order").is_some_and(|o| o == "desc") {
-        out.reverse();
+    let more = page.len() > limit;
+    let page = &page[..page.len().min(limit)];
+    let mut r = axum::Json(page.iter().map(|s| listed(s)).collect::<Vec<_>>()).into_response();
+    if let Some(last) = page.last().filter(|_| more) {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&last.id) {
+            r.headers_mut().insert("x-next-token", v);
+        }
     }
-    Ok(axum::Json(out).into_response())
+    Ok(r)
 }
 
 async fn get_one(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
@@ -389,12 +414,35 @@ async fn set_network(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn metrics(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, RestError> {
+/// How far past a range's end a sample still counts: E2B aligns metrics to 5 s collection
+/// buckets and takes whole seconds.
+const METRICS_BUCKET_S: u64 = 5;
+
+/// The sandbox's metrics: one sample taken now (no history is kept), returned when it falls
+/// in the asked range (`start`, `end`: Unix seconds), so a range before the sandbox existed
+/// is empty.
+async fn metrics(
+    State(st): State<E2b>,
+    h: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> Result<Response, RestError> {
     caller_for(&st, &h, &id)?;
+    let bound = |k: &str| match q.get(k) {
+        Some(v) => v
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| RestError::new(StatusCode::BAD_REQUEST, format!("{k} must be Unix seconds"))),
+        None => Ok(None),
+    };
+    let (start, end) = (bound("start")?, bound("end")?);
     let sb = st.app.manager.get(&id).map_err(cp_error)?;
-    let m = sb.metrics();
     let now = std::time::SystemTime::now();
     let unix = now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    if start.is_some_and(|s| unix < s) || end.is_some_and(|e| unix > e + METRICS_BUCKET_S) {
+        return Ok(axum::Json(json!([])).into_response());
+    }
+    let m = sb.metrics();
     Ok(axum::Json(json!([{
         "timestamp": rfc3339(now),
         "timestampUnix": unix,

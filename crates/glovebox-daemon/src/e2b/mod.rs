@@ -12,6 +12,11 @@
 //! access token (`X-Access-Token`, or `E2B-Traffic-Access-Token` on the code-interpreter
 //! port). Tokens are issued by create/connect and exist only in this daemon's memory.
 //!
+//! A `/files` URL may carry a signature instead of the token (`Sandbox.download_url` /
+//! `upload_url`): `v1_` + unpadded base64 of SHA-256 over `path:operation:user:token` (with
+//! `:expiration`, a Unix time, when it expires), as the SDKs compute it. It is only as
+//! secret as the token it is made from, and names one path, one operation and one user.
+//!
 //! Invariants: every handler authorizes first (one function each for the API key and the
 //! sandbox token); a missing or ended sandbox answers the way E2B's proxy does (502, "… was
 //! not found"), so the SDKs raise their own "sandbox not running" errors.
@@ -20,7 +25,9 @@ mod code;
 mod connect;
 mod control;
 mod filesystem;
+mod gzip;
 mod process;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,9 +50,11 @@ pub const ENVD_PORT: u16 = 49983;
 /// The port the code-interpreter SDK addresses its server at.
 pub const JUPYTER_PORT: u16 = 49999;
 /// The envd version reported to the SDKs: the features they gate on it (octet-stream
-/// uploads, closing stdin, default user) are the ones served here; later ones (file
-/// metadata, watch variants) are refused by the SDKs themselves with a clear message.
-pub const ENVD_VERSION: &str = "0.5.8";
+/// uploads, closing stdin, default user, file metadata, gzip, watching with entries and on
+/// any mount) are the ones served here.
+pub const ENVD_VERSION: &str = "0.6.4";
+/// The uid and gid of E2B's default user, `user` (every sandbox's `/etc/passwd` has it).
+pub const USER_ID: u32 = 1000;
 /// Where relative paths point (E2B's default user's home; the agent's home too).
 pub const HOME: &str = "/home/user";
 
@@ -54,6 +63,7 @@ pub const HOME: &str = "/home/user";
 pub struct E2b {
     pub app: AppState,
     tokens: Arc<Mutex<HashMap<String, String>>>,
+    watchers: watch::Watchers,
 }
 
 impl E2b {
@@ -74,7 +84,7 @@ impl E2b {
 }
 
 pub fn router(app: AppState) -> Router {
-    let st = E2b { app, tokens: Arc::new(Mutex::new(HashMap::new())) };
+    let st = E2b { app, tokens: Arc::new(Mutex::new(HashMap::new())), watchers: watch::Watchers::default() };
     let rpc = Router::new()
         .route("/process.Process/{method}", post(process::rpc))
         .route("/filesystem.Filesystem/{method}", post(filesystem::rpc))
@@ -187,9 +197,13 @@ impl<const PORT: u16> FromRequestParts<E2b> for At<PORT> {
     async fn from_request_parts(parts: &mut Parts, st: &E2b) -> Result<Self, Self::Rejection> {
         let h = &parts.headers;
         let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::trim);
-        let Some(id) = header("e2b-sandbox-id") else {
-            return Err(RestError::new(StatusCode::BAD_REQUEST, "missing E2b-Sandbox-Id header"));
+        let signed_files = PORT == ENVD_PORT && parts.uri.path() == "/files" && !h.contains_key("x-access-token");
+        let (id, signed) = match header("e2b-sandbox-id") {
+            Some(id) => (id.to_string(), false),
+            None if signed_files => (check_file_signature(st, None, parts)?, true),
+            None => return Err(RestError::new(StatusCode::BAD_REQUEST, "missing E2b-Sandbox-Id header")),
         };
+        let id = id.as_str();
         let port = header("e2b-sandbox-port").and_then(|p| p.parse::<u16>().ok()).unwrap_or(ENVD_PORT);
         let sb = st.app.manager.get(id).map_err(|_| RestError::sandbox_gone(id))?;
         if port != PORT {
@@ -198,7 +212,14 @@ impl<const PORT: u16> FromRequestParts<E2b> for At<PORT> {
                 format!("The sandbox {id} is running but port {port} is not open for this request"),
             ));
         }
-        check_sandbox_token(st, id, h, PORT)?;
+        if !signed {
+            if let Err(e) = check_sandbox_token(st, id, h, PORT) {
+                if !signed_files {
+                    return Err(e);
+                }
+                check_file_signature(st, Some(id), parts)?;
+            }
+        }
         // Any request that reaches a paused sandbox resumes it first.
         st.app.manager.resume_sb(&sb)?;
         Ok(At(sb))
@@ -217,6 +238,84 @@ fn check_sandbox_token(st: &E2b, id: &str, h: &HeaderMap, port: u16) -> Result<(
         return Ok(());
     }
     Err(RestError::new(StatusCode::UNAUTHORIZED, "missing or invalid sandbox access token (X-Access-Token)"))
+}
+
+/// The user named by an `Authorization: Basic` header (`user:`), as the SDKs send it.
+fn basic_user(h: &HeaderMap) -> Option<String> {
+    use base64::Engine;
+    let v = h.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let enc = v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic "))?;
+    let raw = base64::engine::general_purpose::STANDARD.decode(enc.trim()).ok()?;
+    let s = String::from_utf8(raw).ok()?;
+    let user = s.split(':').next().unwrap_or("").to_string();
+    (!user.is_empty()).then_some(user)
+}
+
+/// The owner of what a request as `user` makes: `root` or `user` when one is named. None
+/// named: the agent's own (root), the user sandbox processes run as here (unlike E2B,
+/// whose default user is `user`), so that they can change what the API made. Other
+/// accounts are refused: a sandbox has only those two.
+fn user_owner(user: Option<&str>) -> Result<Option<glovebox_proto::agent::Owner>, String> {
+    use glovebox_proto::agent::Owner;
+    match user {
+        None => Ok(None),
+        Some("user") => Ok(Some(Owner { uid: USER_ID, gid: USER_ID })),
+        Some("root") => Ok(Some(Owner { uid: 0, gid: 0 })),
+        Some(other) => Err(format!("unknown user {:?} (a sandbox has \"user\" and \"root\")", other)),
+    }
+}
+
+/// A `/files` URL's signature, as the SDKs make it.
+fn file_signature(path: &str, operation: &str, user: &str, token: &str, expiration: Option<i64>) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let raw = match expiration {
+        Some(e) => format!("{path}:{operation}:{user}:{token}:{e}"),
+        None => format!("{path}:{operation}:{user}:{token}"),
+    };
+    let digest = sha2::Sha256::digest(raw.as_bytes());
+    format!("v1_{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest))
+}
+
+/// Checks a signed `/files` URL (one without a token header): the signature must be made
+/// with a sandbox's token for this path, operation (`read` for GET, `write` for POST) and
+/// user, and not be expired. The SDKs build these URLs without the sandbox id when the
+/// sandbox URL is overridden (as it is for Glovebox), so without `id` the sandbox is the one
+/// whose token makes the signature. Returns the sandbox id.
+fn check_file_signature(st: &E2b, id: Option<&str>, parts: &Parts) -> Result<String, RestError> {
+    let q: HashMap<String, String> = axum::extract::Query::try_from_uri(&parts.uri).map(|q| q.0).unwrap_or_default();
+    let unauthorized = |m: &str| RestError::new(StatusCode::UNAUTHORIZED, m);
+    let Some(given) = q.get("signature") else {
+        return Err(match id {
+            Some(_) => unauthorized("missing or invalid sandbox access token (X-Access-Token)"),
+            None => RestError::new(StatusCode::BAD_REQUEST, "missing E2b-Sandbox-Id header"),
+        });
+    };
+    let operation = if parts.method == axum::http::Method::GET { "read" } else { "write" };
+    let expiration = match q.get("signature_expiration") {
+        Some(e) => Some(e.parse::<i64>().map_err(|_| unauthorized("invalid signature expiration"))?),
+        None => None,
+    };
+    let path = q.get("path").map_or("", String::as_str);
+    let user = q.get("username").map_or("", String::as_str);
+    let signs = |token: &str| {
+        constant_time_eq(file_signature(path, operation, user, token, expiration).as_bytes(), given.as_bytes())
+    };
+    let found = {
+        let tokens = st.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        match id {
+            Some(id) => tokens.get(id).filter(|t| signs(t)).map(|_| id.to_string()),
+            None => tokens.iter().find(|(_, t)| signs(t)).map(|(id, _)| id.clone()),
+        }
+    };
+    let Some(found) = found else {
+        return Err(unauthorized("invalid signature"));
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    if expiration.is_some_and(|e| e < i64::try_from(now).unwrap_or(i64::MAX)) {
+        return Err(unauthorized("signature is already expired"));
+    }
+    Ok(found)
 }
 
 /// A user path as E2B means it: relative paths are relative to the default user's home.
@@ -240,6 +339,26 @@ mod tests {
         assert_eq!(sandbox_path("/etc/x"), "/etc/x");
         assert_eq!(sandbox_path("data.csv"), "/home/user/data.csv");
         assert_eq!(sandbox_path(""), "/home/user");
+    }
+
+    #[test]
+    fn users_and_signatures() {
+        let mut h = HeaderMap::new();
+        h.insert(axum::http::header::AUTHORIZATION, "Basic cm9vdDo=".parse().unwrap());
+        assert_eq!(basic_user(&h).as_deref(), Some("root"));
+        assert_eq!(user_owner(Some("root")).unwrap().map(|o| o.uid), Some(0));
+        assert_eq!(user_owner(Some("user")).unwrap().map(|o| o.uid), Some(USER_ID));
+        assert_eq!(user_owner(None).unwrap(), None);
+        assert!(user_owner(Some("mallory")).is_err());
+        // As the Python SDK computes it: sha256("a.txt:read:user:tok"), base64, no padding.
+        assert_eq!(
+            file_signature("a.txt", "read", "user", "tok", None),
+            "v1_wPjHOh/p+K3FbqiyGd5vwPNc/g4IPd8sigMxb1gqu9I"
+        );
+        assert_ne!(
+            file_signature("a.txt", "read", "user", "tok", Some(1)),
+            file_signature("a.txt", "read", "user", "tok", None)
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub async fn upload(
         None => None,
     };
     let mut stream = body.into_data_stream();
-    match ops::upload(&st.manager, &sb, q.path, mode, &mut stream).await {
+    match ops::upload(&st.manager, &sb, q.path, crate::agent::NewFile::with_mode(mode), &mut stream).await {
         Ok(info) => Ok(json(StatusCode::OK, &info)),
         Err(e) => {
             // E.g. the disk filled mid-upload: let the client finish sending, then answer.
@@ -112,7 +112,7 @@ pub async fn stat(
 
 pub async fn mkdir(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<MakeDir>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    Ok(json(StatusCode::OK, &ops::make_dir(&st.manager, &sb, b.path).await?))
+    Ok(json(StatusCode::OK, &ops::make_dir(&st.manager, &sb, b.path, None).await?))
 }
 
 pub async fn rename(State(st): State<AppState>, Path(id): Path<String>, Json(b): Json<Rename>) -> ApiResult<Response> {

@@ -32,7 +32,8 @@ impl Manager {
 /// Writes `body` to `path` inside the sandbox, through its agent (0644, parents made).
 pub(super) async fn write_file(sb: &Sb, path: &str, body: &[u8]) -> Result<()> {
     let fail = |e: crate::agent::AgentError| Error::Agent(format!("write {path}: {e}"));
-    let mut up = sb.agent().write_file(path.to_string(), Some(0o644)).await.map_err(fail)?;
+    let mut up =
+        sb.agent().write_file(path.to_string(), crate::agent::NewFile::with_mode(Some(0o644))).await.map_err(fail)?;
     for chunk in body.chunks(64 * 1024) {
         up.send(chunk).await.map_err(fail)?;
     }

@@ -59,7 +59,8 @@ check("remove (recursive dir)", not sb.files.exists("/home/user/d1"))
 raises("read missing -> FileNotFoundException", FileNotFoundException, sb.files.read, "/home/user/missing.txt")
 raises("get_info missing -> FileNotFoundException", FileNotFoundException, sb.files.get_info, "/nope/x")
 raises("list missing -> FileNotFoundException", FileNotFoundException, sb.files.list, "/nope")
-raises("remove missing -> FileNotFoundException", FileNotFoundException, sb.files.remove, "/nope")
+sb.files.remove("/nope/missing")
+check("remove of a missing path succeeds (as envd)", not sb.files.exists("/nope/missing"))
 raises("read a directory -> InvalidArgumentException", InvalidArgumentException, sb.files.read, "/home/user")
 
 # Paths that try to leave the sandbox stay inside it.
