@@ -54,4 +54,8 @@ pub struct JailConfig {
     /// its own network: nothing inside can add addresses, routes or netfilter rules.
     #[serde(default)]
     pub netns: Option<PathBuf>,
+    /// The body of the sandbox's `/etc/resolv.conf`, written by PID 1 inside its root before
+    /// the agent starts (a namespace linked ahead: the resolver's address is known at boot).
+    #[serde(default)]
+    pub resolv_conf: Option<String>,
 }

@@ -351,6 +351,10 @@ fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMetho
     let root: PathBuf = rootfs::root_dir(cfg);
     rootfs::enter(&root)?;
     sys::sethostname(&cfg.hostname).ctx("sethostname")?;
+    if let Some(body) = &cfg.resolv_conf {
+        // Inside the new root, as the sandbox's root: nothing of the host is reachable.
+        write_file("/etc/resolv.conf", body)?;
+    }
     if cfg.netns.is_none() {
         sys::loopback_up().ctx("bring up lo")?;
     }

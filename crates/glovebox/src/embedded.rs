@@ -9,17 +9,27 @@ use glovebox_daemon::manager::{Config, Manager};
 
 /// The manager of `glovebox serve`: it re-adopts the sandboxes a previous daemon on the
 /// same data dir left running.
-pub fn open_daemon_manager(data_dir: &Path, warm_pool: usize, retention_s: u64) -> Result<Arc<Manager>> {
+pub fn open_daemon_manager(
+    data_dir: &Path,
+    warm_pool: usize,
+    link_pool: usize,
+    retention_s: u64,
+) -> Result<Arc<Manager>> {
     open_with(data_dir, |cfg| {
         cfg.warm_pool = warm_pool;
+        cfg.link_pool = link_pool;
         cfg.adopt = true;
         cfg.retention = std::time::Duration::from_secs(retention_s);
     })
 }
 
-/// The manager of an embedded one-shot run: it never adopts (its sandboxes end with it).
+/// The manager of an embedded one-shot run: it never adopts (its sandboxes end with it),
+/// and links no namespace ahead (its one sandbox links its own).
 pub fn open_manager(data_dir: &Path, warm_pool: usize) -> Result<Arc<Manager>> {
-    open_with(data_dir, |cfg| cfg.warm_pool = warm_pool)
+    open_with(data_dir, |cfg| {
+        cfg.warm_pool = warm_pool;
+        cfg.link_pool = 0;
+    })
 }
 
 fn open_with(data_dir: &Path, set: impl FnOnce(&mut Config)) -> Result<Arc<Manager>> {

@@ -90,6 +90,10 @@ struct ServeArgs {
     /// Sandboxes kept booted ahead of requests (default limits only; 0 disables).
     #[arg(long, default_value_t = 2, env = "GLOVEBOX_WARM_POOL")]
     warm_pool: usize,
+    /// Network namespaces kept linked ahead for sandboxes whose policy is not deny-all
+    /// (0 disables: each such create makes its own link).
+    #[arg(long, default_value_t = 2, env = "GLOVEBOX_LINK_POOL")]
+    link_pool: usize,
     /// Destroy every sandbox on SIGTERM/SIGINT (default: leave them running for the next
     /// start to re-adopt).
     #[arg(long, env = "GLOVEBOX_DESTROY_ON_EXIT")]
@@ -329,7 +333,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
     // Only now that key and port are ours: opening the manager boots the warm pool.
-    let manager = embedded::open_daemon_manager(&a.data_dir, a.warm_pool, a.retention_s)?;
+    let manager = embedded::open_daemon_manager(&a.data_dir, a.warm_pool, a.link_pool, a.retention_s)?;
     tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
     let m = manager.clone();
     let shutdown = async {

@@ -258,3 +258,39 @@ fn networking_runs_no_helper_binary() {
     let ran = std::fs::read_to_string(&marker).unwrap_or_default();
     assert!(!marker.exists(), "the daemon ran a networking binary: {ran}");
 }
+
+#[test]
+fn a_sandbox_linked_ahead_gets_the_same_network_and_its_policy() {
+    require_root!();
+    let _one = ONE_INTERNET.lock().unwrap_or_else(|e| e.into_inner());
+    let _inet = Internet::start();
+    std::env::set_var("GLOVEBOX_DNS_UPSTREAM", format!("{NET}:53"));
+    let d = Daemon::start();
+    let pid = d.pid();
+    let policy = json!({ "network": { "mode": "allow-list", "allow": ["198.51.100.10:8080"] } });
+    // The first create that needs a link makes its own and starts the pool (two by default).
+    let first = d.create(sandbox_body(policy.clone()));
+    let full = common::poll(Duration::from_secs(10), Duration::from_millis(20), || {
+        (inet::links_of(pid).len() >= 3).then_some(())
+    });
+    assert!(full.is_some(), "no links made ahead: {:?}", inet::links_of(pid));
+    let ahead = d.create(sandbox_body(policy));
+    for id in [&first, &ahead] {
+        // resolv.conf names the host end of its own link, which is its default gateway.
+        let conf = d.sh_ok(id, "cat /etc/resolv.conf");
+        let ns = conf.lines().find_map(|l| l.strip_prefix("nameserver ")).unwrap_or_default().to_string();
+        assert!(ns.starts_with("10.213."), "{id}: {conf}");
+        let gw = py(
+            &d,
+            id,
+            "import socket,struct\nfor l in open('/proc/net/route').read().splitlines()[1:]:\n f=l.split()\n if f[1]=='00000000': print(socket.inet_ntoa(struct.pack('<I',int(f[2],16))))",
+        );
+        assert_eq!(gw, ns, "{id}: the default route goes via the resolver's address");
+        assert!(d.sh_ok(id, "cat /proc/net/dev").contains("eth0:"), "{id}: no eth0");
+        // Its policy is in force: the allowed port answers, the next one does not.
+        assert_eq!(http(&d, id, "http://198.51.100.10:8080/"), "200", "{id}");
+        assert!(http(&d, id, "http://198.51.100.10:8081/").starts_with("blocked"), "{id}");
+    }
+    d.shutdown_and_check_leaks();
+    inet::assert_no_net_state(pid);
+}

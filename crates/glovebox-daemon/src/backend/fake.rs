@@ -139,6 +139,10 @@ impl Instance for FakeInstance {
         self.slot
     }
 
+    fn linked_ahead(&self) -> bool {
+        false
+    }
+
     fn dir(&self) -> &Path {
         &self.dir
     }

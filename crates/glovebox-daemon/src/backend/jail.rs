@@ -8,7 +8,7 @@
 //! - Signals and waits go through a pidfd, so they never hit a recycled pid.
 
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,10 +18,11 @@ use glovebox_jail::config::JailConfig;
 use glovebox_proto::api::Limits;
 
 use super::jailed::{pidfd_alive, Jailed};
-use super::made_ahead::{quiet_moment, NetnsPool, Shell, Shells};
+use super::made_ahead::{between_requests, quiet_moment, Linked, LinkedShells, NetnsPool, Shell, Shells, LINK_LOW};
 use super::{Backend, Instance, Orphan, Recorded, Spec};
 use crate::error::{Error, Result};
 use crate::idle::Activity;
+use crate::net::Net;
 use crate::slots::{Slots, RANGE};
 use crate::util::random_token;
 
@@ -36,6 +37,10 @@ struct Host {
     /// The limits shells are made ahead with (the daemon's defaults).
     defaults: cgroup::Limits,
     shells: Shells,
+    /// Shells linked ahead, for creates whose policy needs a link.
+    linked: LinkedShells,
+    /// The host's side of sandbox networking (links made ahead, their rules).
+    net: Arc<Net>,
     /// Sandbox work in flight: what is made ahead waits for a quiet moment.
     work: Arc<Activity>,
 }
@@ -61,13 +66,16 @@ pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
 impl Jail {
     /// Prepares the jail under `run_dir` (its `sandboxes`, `base` and `slots` directories
     /// exist): detects the cgroups, builds this process's base skeleton (with the language
-    /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet.
+    /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet;
+    /// `link_pool` shells are kept linked ahead through `net`.
     pub fn open(
         run_dir: &Path,
         cgroup_root: &Path,
         agent_exe: &Path,
         defaults: &Limits,
         work: Arc<Activity>,
+        net: Arc<Net>,
+        link_pool: usize,
     ) -> Result<Jail> {
         let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
         fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
@@ -97,6 +105,8 @@ impl Jail {
                 bases: run_dir.join("base"),
                 defaults: cgroup_limits(defaults),
                 shells: Shells::default(),
+                linked: LinkedShells::new(link_pool),
+                net,
                 work: work.clone(),
             }),
             launcher,
@@ -113,7 +123,7 @@ impl Jail {
     }
 
     /// The jail config for one sandbox: the one place a [`Spec`] becomes a jail.
-    fn config(&self, spec: &Spec, shell: &Shell, netns: Option<&OwnedFd>) -> JailConfig {
+    fn config(&self, spec: &Spec, shell: &Shell, netns: Option<&OwnedFd>, ahead: bool) -> JailConfig {
         let (l, dir) = (&spec.limits, &shell.dir);
         let skel = spec.root_skel.clone().unwrap_or_else(|| self.skel.clone());
         JailConfig {
@@ -134,6 +144,7 @@ impl Jail {
             pids: l.pids,
             seccomp: self.seccomp.clone(),
             netns: netns.map(|fd| PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))),
+            resolv_conf: ahead.then(|| crate::net::resolv_conf(shell.slot.index)),
         }
     }
 }
@@ -144,25 +155,37 @@ impl Backend for Jail {
     /// (a boot, a python kernel's imports) yields to requests.
     fn boot(&self, spec: &Spec) -> Result<Box<dyn Instance>> {
         let cl = cgroup_limits(&spec.limits);
-        // A request's boot takes the shell made ahead; the pool's refills make their own.
-        let premade = if spec.background { None } else { self.host.shells.take() };
+        // A request's boot takes what was made ahead (a shell linked ahead when its policy
+        // needs a link and one is ready); the pool's refills make their own.
+        let linked = if spec.background || !spec.link { None } else { self.host.linked.take() };
+        let (premade, netns, ahead) = match linked {
+            Some(Linked { shell, netns }) => (Some(shell), Some(netns), true),
+            None => (if spec.background { None } else { self.host.shells.take() }, None, false),
+        };
         let shell = match premade {
             Some(s) if s.limits == cl => s,
             Some(s) => match s.cgroup.set_limits(&cl) {
                 Ok(()) => Shell { limits: cl, ..s },
                 Err(e) => {
+                    self.unlink(&s, ahead);
                     s.discard();
                     return Err(Error::Start(format!("cgroup: {e}")));
                 }
             },
             None => self.host.make_shell(random_token(16), &cl)?,
         };
-        if !spec.background {
+        // Namespaces are linked ahead from the first create that wants one on: a host whose
+        // sandboxes never have a link never gets any.
+        if spec.link && !spec.background {
+            refill_linked(&self.host);
+        }
+        if !ahead && !spec.background {
             refill_shells(&self.host);
         }
         let skel = spec.root_skel.as_ref().unwrap_or(&self.skel);
         // Which base skeleton its root uses (kept while it lives, across restarts).
         if let Err(e) = fs::write(shell.dir.join("skel"), skel.as_os_str().as_encoded_bytes()) {
+            self.unlink(&shell, ahead);
             shell.discard();
             return Err(Error::Internal(format!("sandbox dir: {e}")));
         }
@@ -172,8 +195,8 @@ impl Backend for Jail {
                 tracing::debug!(sandbox = %shell.id, "background cpu weight: {e}");
             }
         }
-        let netns = self.netns.take();
-        let jc = self.config(spec, &shell, netns.as_ref());
+        let netns = netns.or_else(|| self.netns.take());
+        let jc = self.config(spec, &shell, netns.as_ref(), ahead);
         let log = fs::File::create(shell.dir.join("agent.log"));
         let launched = log
             .map_err(|e| Error::Internal(format!("agent log: {e}")))
@@ -184,6 +207,7 @@ impl Backend for Jail {
             Ok(p) => p,
             Err(e) => {
                 let _ = shell.cgroup.kill_all();
+                self.unlink(&shell, ahead);
                 shell.discard();
                 return Err(e);
             }
@@ -191,7 +215,8 @@ impl Backend for Jail {
         let pidfd = rustix::process::Pid::from_raw(pid)
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
         let Shell { id, slot, dir, cgroup, .. } = shell;
-        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot }))
+        let ahead = ahead.then(|| self.host.net.clone());
+        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead }))
     }
 
     /// Checks, in order: PID 1 is the very process recorded (pid and start time, through a
@@ -223,6 +248,7 @@ impl Backend for Jail {
             dir: rec.dir.to_path_buf(),
             cgroup,
             slot,
+            ahead: None,
         }))
     }
 
@@ -302,6 +328,7 @@ impl Backend for Jail {
 
     fn close(&self) {
         self.host.shells.close();
+        self.host.linked.close(&self.host.net);
     }
 
     fn release_own_state(&self) {
@@ -310,6 +337,14 @@ impl Backend for Jail {
 }
 
 impl Jail {
+    /// Removes the hold of a shell linked ahead that no sandbox will use (its namespace
+    /// goes with the caller's descriptor).
+    fn unlink(&self, shell: &Shell, ahead: bool) {
+        if ahead {
+            self.host.net.detach(shell.slot.index);
+        }
+    }
+
     /// Removes the base skeletons of processes that are gone, unless a sandbox (adopted
     /// after a restart) still has its root on one.
     fn reap_skeletons(&self) {
@@ -385,6 +420,55 @@ fn refill_shells(host: &Arc<Host>) {
             }
         }
         h.shells.filling.store(false, Ordering::Release);
+    });
+}
+
+impl Host {
+    /// A shell with the default limits and a new network namespace linked for its slot.
+    fn make_linked(&self) -> Result<Linked> {
+        let shell = self.make_shell(random_token(16), &self.defaults)?;
+        let netns = match glovebox_jail::sys::new_netns() {
+            Ok(fd) => fd,
+            Err(e) => {
+                shell.discard();
+                return Err(Error::Internal(format!("network namespace: {e}")));
+            }
+        };
+        if let Err(e) = self.net.link_ahead(shell.slot.index, netns.as_fd()) {
+            drop(netns);
+            shell.discard();
+            return Err(e);
+        }
+        Ok(Linked { shell, netns })
+    }
+}
+
+/// Tops the shells linked ahead up to their size in the background, one at a time: between
+/// requests while fewer than [`LINK_LOW`] are ready, else at a quiet moment. Making one
+/// takes the kernel's cgroup and network configuration locks, which a boot beside it needs
+/// too: the create that took one is not slowed by its replacement.
+fn refill_linked(host: &Arc<Host>) {
+    use std::sync::atomic::Ordering;
+    if !host.linked.wanted() || host.linked.filling.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let h = host.clone();
+    tokio::task::spawn_blocking(move || {
+        while h.linked.wanted() {
+            if h.linked.ready() >= LINK_LOW {
+                quiet_moment(&h.work);
+            } else {
+                between_requests(&h.work);
+            }
+            match h.make_linked() {
+                Ok(l) => h.linked.put(l, &h.net),
+                Err(e) => {
+                    tracing::warn!("shell linked ahead: {e}; creates link their own");
+                    break;
+                }
+            }
+        }
+        h.linked.filling.store(false, Ordering::Release);
     });
 }
 

@@ -4,6 +4,7 @@
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use glovebox_jail::cgroup::{Cgroup, Stats};
@@ -12,6 +13,7 @@ use glovebox_proto::api::Limits;
 use super::jail::cgroup_limits;
 use super::Instance;
 use crate::error::{Error, Result};
+use crate::net::Net;
 use crate::slots::Slot;
 
 /// One jailed sandbox.
@@ -25,6 +27,9 @@ pub(super) struct Jailed {
     pub(super) cgroup: Box<dyn Cgroup>,
     /// Held while the sandbox lives; dropping it frees the uid range.
     pub(super) slot: Slot,
+    /// Started in a network namespace linked ahead: the rules it was linked with are this
+    /// backend's to remove (see [`Instance::linked_ahead`]).
+    pub(super) ahead: Option<Arc<Net>>,
 }
 
 impl Instance for Jailed {
@@ -38,6 +43,10 @@ impl Instance for Jailed {
 
     fn slot(&self) -> u32 {
         self.slot.index
+    }
+
+    fn linked_ahead(&self) -> bool {
+        self.ahead.is_some()
     }
 
     fn dir(&self) -> &Path {
@@ -107,7 +116,7 @@ impl Instance for Jailed {
     }
 
     /// Removes its cgroups (killing through them whatever is still there, the fallback for
-    /// anything odd) and its run directory.
+    /// anything odd), its run directory, and the rules of a link made ahead.
     fn release(&self, gone: bool) -> std::result::Result<(), String> {
         let cg = &self.cgroup;
         let destroyed = match cg.destroy() {
@@ -130,6 +139,9 @@ impl Instance for Jailed {
             }
         };
         let _ = fs::remove_dir_all(&self.dir);
+        if let Some(net) = &self.ahead {
+            net.detach(self.slot.index);
+        }
         destroyed
     }
 }

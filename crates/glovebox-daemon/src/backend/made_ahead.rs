@@ -1,5 +1,6 @@
 //! What the process jail makes ahead of the sandboxes that will use it, off the requests'
-//! path: network namespaces, and the next create's shell (uid slot, run directory, cgroups).
+//! path: network namespaces, the next create's shell (uid slot, run directory, cgroups), and
+//! shells whose network namespace is already linked for creates whose policy needs a link.
 //! Refills wait for a quiet moment, so they do not slow the requests they are made for.
 
 use std::os::fd::OwnedFd;
@@ -35,6 +36,15 @@ pub(crate) fn quiet_moment(work: &Activity) {
     let start = Instant::now();
     while let Some(step) = quiet_wait(work, start) {
         std::thread::sleep(step);
+    }
+}
+
+/// Blocks until no sandbox work is in flight (the create that took what is being replaced
+/// has been answered), at most [`QUIET_BOUND`].
+pub(crate) fn between_requests(work: &Activity) {
+    let start = Instant::now();
+    while work.busy() && start.elapsed() < QUIET_BOUND {
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
@@ -163,6 +173,94 @@ impl Shells {
         };
         if let Some(s) = s {
             s.discard();
+        }
+        let t = Instant::now();
+        while self.filling.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Below this many shells linked ahead, a refill makes the next one at once instead of
+/// waiting for a quiet moment.
+pub(super) const LINK_LOW: usize = 2;
+
+/// A shell with a network namespace linked ahead for its slot (see `Net::link_ahead`): the
+/// veth pair, addresses and route in place, the host end held shut until the sandbox started
+/// in it is attached.
+pub(super) struct Linked {
+    pub shell: Shell,
+    pub netns: OwnedFd,
+}
+
+impl Linked {
+    /// Removes one no sandbox was started in: its hold, its namespace (the veth pair goes
+    /// with it), then its shell.
+    pub(super) fn discard(self, net: &crate::net::Net) {
+        net.detach(self.shell.slot.index);
+        drop(self.netns);
+        self.shell.discard();
+    }
+}
+
+#[derive(Default)]
+struct LinkedReady {
+    ready: Vec<Linked>,
+    closed: bool,
+}
+
+/// Shells linked ahead (`Config::link_pool` of them), for creates whose policy needs a link:
+/// such a create then only replaces its rules, instead of making a veth pair and configuring
+/// both ends, which waits on the kernel's network configuration lock while other namespaces
+/// are made or removed. Each holds its uid slot like the single shell made ahead (see
+/// [`Shells`]), so the addresses it was linked with (its slot's) are the sandbox's.
+pub(super) struct LinkedShells {
+    ready: Mutex<LinkedReady>,
+    pub(super) filling: AtomicBool,
+    size: usize,
+}
+
+impl LinkedShells {
+    pub(super) fn new(size: usize) -> LinkedShells {
+        LinkedShells { ready: Mutex::default(), filling: AtomicBool::new(false), size }
+    }
+
+    pub(super) fn take(&self) -> Option<Linked> {
+        lock(&self.ready).ready.pop()
+    }
+
+    /// How many are ready.
+    pub(super) fn ready(&self) -> usize {
+        lock(&self.ready).ready.len()
+    }
+
+    /// Whether one more is wanted (the pool below its size and not closing).
+    pub(super) fn wanted(&self) -> bool {
+        let g = lock(&self.ready);
+        !g.closed && g.ready.len() < self.size
+    }
+
+    /// Keeps `l` for a create (discards it if the pool is closing).
+    pub(super) fn put(&self, l: Linked, net: &crate::net::Net) {
+        let mut g = lock(&self.ready);
+        if g.closed {
+            drop(g);
+            l.discard(net);
+        } else {
+            g.ready.push(l);
+        }
+    }
+
+    /// No more: removes those ready and waits (at most 2 s) for one being made, which then
+    /// removes itself. Blocking.
+    pub(super) fn close(&self, net: &crate::net::Net) {
+        let ready = {
+            let mut g = lock(&self.ready);
+            g.closed = true;
+            std::mem::take(&mut g.ready)
+        };
+        for l in ready {
+            l.discard(net);
         }
         let t = Instant::now();
         while self.filling.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(2) {

@@ -37,6 +37,8 @@ pub struct Spec {
     pub upper: Option<PathBuf>,
     /// Made ahead of requests (a warm sandbox): it yields the CPU to requests while booting.
     pub background: bool,
+    /// Its policy needs a network link: a namespace linked ahead is used if one is ready.
+    pub link: bool,
 }
 
 /// One running sandbox as its backend holds it.
@@ -46,6 +48,10 @@ pub trait Instance: Send + Sync {
     fn pid(&self) -> i32;
     /// The sandbox's host-wide slot: it names its network link and addresses.
     fn slot(&self) -> u32;
+    /// Whether it was started in a network namespace linked ahead for its slot (veth pair,
+    /// addresses, route, deny-all rules): attaching it only replaces its rules, and its
+    /// [`Instance::release`] removes them.
+    fn linked_ahead(&self) -> bool;
     /// Its private run directory on the host (the sandbox cannot reach it).
     fn dir(&self) -> &Path;
     /// Where its agent listens: the channel every exec, file and code request goes through.

@@ -121,7 +121,7 @@ impl Manager {
         let warm = if upper.is_none() { self.take_warm(&tpl.pool_key(), &limits) } else { None };
         let (booted, warm) = match warm {
             Some(b) => (b, true),
-            None => (self.boot_for_request(&limits, &tpl, upper).await?, false),
+            None => (self.boot_for_request(&limits, &tpl, upper, policy.needs_link()).await?, false),
         };
         self.refill_pool();
         // What the sandbox used before it was handed out (boot, a warm kernel) is not billed.
@@ -187,16 +187,17 @@ impl Manager {
         Ok(sb)
     }
 
-    /// Boots a fresh sandbox for a create. A caller that goes away meanwhile (a client
-    /// hanging up drops the request's future) is not there to take the sandbox: the boot's
-    /// end tears it down.
+    /// Boots a fresh sandbox for a create (in a namespace linked ahead, when `link` and one
+    /// is ready). A caller that goes away meanwhile (a client hanging up drops the request's
+    /// future) is not there to take the sandbox: the boot's end tears it down.
     async fn boot_for_request(
         self: &Arc<Self>,
         limits: &Limits,
         tpl: &Template,
         upper: Option<PathBuf>,
+        link: bool,
     ) -> Result<Booted> {
-        let spec = self.spec(limits, tpl, upper, false);
+        let spec = crate::backend::Spec { link, ..self.spec(limits, tpl, upper, false) };
         let (this, t) = (self.clone(), tpl.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {

@@ -71,6 +71,9 @@ pub struct Config {
     /// Whether a sandbox asking for a shipped template that is not built yet has the daemon
     /// build it (`GLOVEBOX_AUTO_BUILD=0` turns it off).
     pub auto_build: bool,
+    /// Network namespaces kept linked ahead (with their uid slot and cgroups) for creates
+    /// whose policy needs a link (0 disables: such creates link their own).
+    pub link_pool: usize,
     /// Re-adopt, at start, the intact sandboxes a previous daemon on this data dir left
     /// (`glovebox serve`); off for embedded runs, whose sandboxes end with them.
     pub adopt: bool,
@@ -86,6 +89,7 @@ impl Config {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             defaults: Limits::default(),
             warm_pool: 0,
+            link_pool: 2,
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
             shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from),
@@ -187,24 +191,29 @@ impl Manager {
         let work: Arc<crate::idle::Activity> = Arc::default();
         // The store before the jail: a store too new for this binary stops the start early.
         let store = open_store(&cfg.data_dir)?;
+        let net = Arc::new(crate::net::Net::new());
         let jail = crate::backend::jail::Jail::open(
             &cfg.run_dir,
             &cfg.cgroup_root,
             &cfg.agent_exe,
             &cfg.defaults,
             work.clone(),
+            net.clone(),
+            cfg.link_pool,
         )?;
-        Manager::with_backend(cfg, store, Arc::new(jail), work)
+        Manager::with_backend(cfg, store, Arc::new(jail), work, net)
     }
 
     /// The manager over `backend`, its state in `store`: reconciles what a previous daemon
     /// left, then starts the samplers and what is made ahead. `work` is the sandbox
-    /// activity the backend's refills wait on.
+    /// activity the backend's refills wait on; `net` the host's networking, shared with the
+    /// backend (which links namespaces ahead through it).
     pub(crate) fn with_backend(
         cfg: Config,
         store: Arc<crate::store::Store>,
         backend: Arc<dyn Backend>,
         work: Arc<crate::idle::Activity>,
+        net: Arc<crate::net::Net>,
     ) -> Result<Arc<Manager>> {
         let templates = crate::templates::Templates::open(&cfg.data_dir, &cfg.run_dir)?;
         let secrets = crate::secrets::SecretStore::open(&cfg.data_dir).map_err(|e| Error::Internal(e.to_string()))?;
@@ -222,7 +231,7 @@ impl Manager {
             warm: pools::WarmPool::default(),
             observers: vec![Arc::new(journal), Arc::new(crate::manager::records::Flush)],
             metrics: crate::metrics::Metrics::default(),
-            net: Arc::new(crate::net::Net::new()),
+            net,
             tenants: Arc::new(crate::tenants::Tenants::new()),
             ended_usage,
             secrets: Arc::new(secrets),

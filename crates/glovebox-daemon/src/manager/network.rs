@@ -18,18 +18,24 @@ pub const SANDBOX_CA: &str = "/etc/glovebox/sandbox-ca.pem";
 impl Manager {
     /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
     pub(crate) async fn link(&self, sb: &Arc<Sb>, policy: &Policy) -> Result<()> {
-        let (slot, pid) = (sb.slot(), sb.pid);
+        let (slot, pid, ahead) = (sb.slot(), sb.pid, sb.host.linked_ahead());
         let p = policy.clone();
         let net = self.net.clone();
-        let (host, _) = crate::net::link_addrs(slot);
-        let resolv = format!("nameserver {host}\noptions timeout:2 attempts:2\n");
-        // The resolver's address is known before the link exists: the agent writes it while
-        // the link is made.
-        let (linked, written) = tokio::join!(
-            tokio::task::spawn_blocking(move || net.attach(slot, pid, &p)),
-            write_file(sb, "/etc/resolv.conf", resolv.as_bytes())
-        );
-        linked.map_err(|e| Error::Internal(format!("network task: {e}")))??;
+        let attach = async move {
+            tokio::task::spawn_blocking(move || net.attach(slot, pid, &p, ahead))
+                .await
+                .map_err(|e| Error::Internal(format!("network task: {e}")))?
+        };
+        // A sandbox linked ahead got its resolv.conf at boot. For another, the resolver's
+        // address is known before the link exists: the agent writes it while the link is made.
+        let written = async {
+            if ahead {
+                return Ok(());
+            }
+            write_file(sb, "/etc/resolv.conf", crate::net::resolv_conf(slot).as_bytes()).await
+        };
+        let (linked, written) = tokio::join!(attach, written);
+        linked?;
         lock(&sb.net.current).linked = true;
         written?;
         crate::egress::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())?;

@@ -182,6 +182,7 @@ impl Manager {
             root_skel: if tpl.host_usr { None } else { Some(self.templates.mini_skel()) },
             upper,
             background,
+            link: false,
         }
     }
 

@@ -77,7 +77,8 @@ impl Manager {
 
     /// The release of a killed sandbox's host resources and link. Blocking.
     fn release_work(&self, sb: Arc<Sb>, reason: EndReason, gone: bool) -> impl FnOnce() + Send + 'static {
-        let linked = sb.net.linked();
+        // A link made ahead is the backend's to remove (with the sandbox's release).
+        let linked = sb.net.linked() && !sb.host.linked_ahead();
         let net = self.net.clone();
         move || {
             let r = sb.host.release(gone);

@@ -32,7 +32,7 @@ pub(crate) fn fixture_with(tune: impl FnOnce(&mut Config)) -> Fixture {
     tune(&mut cfg);
     let store = super::open_store(&cfg.data_dir).expect("store");
     let fake = Arc::new(Fake::new(&tmp.path().join("sandboxes")));
-    let m = Manager::with_backend(cfg, store, fake.clone(), Arc::default()).expect("manager");
+    let m = Manager::with_backend(cfg, store, fake.clone(), Arc::default(), Arc::default()).expect("manager");
     Fixture { m, fake, _tmp: tmp }
 }
 

@@ -1,11 +1,11 @@
 //! A sandbox's link, over rtnetlink: the veth pair (`gb<slot>` on the host, `eth0` created
-//! directly in the sandbox's network namespace), its addresses, and the sandbox's default
-//! route via the host end. The sandbox's side is configured from a short-lived thread that
-//! has joined the sandbox's network namespace, so the daemon's own threads never change
-//! namespace.
+//! directly in the sandbox's network namespace, named by a process in it or by a descriptor
+//! of a namespace made ahead), its addresses, and the sandbox's default route via the host
+//! end. The sandbox's side is configured from a short-lived thread that has joined the
+//! sandbox's network namespace, so the daemon's own threads never change namespace.
 
 use std::net::Ipv4Addr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use rustix::io::Errno;
 
@@ -20,6 +20,7 @@ const IFLA_IFNAME: u16 = 3;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_PID: u16 = 19;
 const IFLA_IFALIAS: u16 = 20;
+const IFLA_NET_NS_FD: u16 = 28;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
@@ -37,6 +38,13 @@ const RTN_UNICAST: u8 = 1;
 
 /// The sandbox's end, inside its namespace.
 pub const PEER: &str = "eth0";
+
+/// The network namespace a peer goes into: that of a process, or one held by a descriptor.
+#[derive(Clone, Copy)]
+pub enum Netns<'a> {
+    Pid(i32),
+    Fd(BorrowedFd<'a>),
+}
 
 /// The host end of slot `slot`'s link. The only place the name is spelled.
 pub fn ifname(slot: u32) -> String {
@@ -70,11 +78,16 @@ fn index_of(sock: &Socket, name: &str) -> Result<u32, NlError> {
         .map_err(|errno| NlError { what: format!("index of {name}"), errno })
 }
 
-/// Creates the veth pair for the sandbox whose PID 1 is `pid`: the host end `dev` with
-/// `host/30`, `alias`, up; the peer `eth0` in the sandbox's namespace. A link of that name
-/// left behind (a crashed daemon's) is deleted and the creation retried.
-pub fn create(dev: &str, pid: i32, host: Ipv4Addr, alias: &str) -> Result<(), NlError> {
+/// Creates the veth pair for a sandbox's namespace `ns`: the host end `dev` with
+/// `host/30`, `alias`, up; the peer `eth0` in `ns`. A link of that name left behind (a
+/// crashed daemon's, or one whose namespace the kernel has not finished removing) is deleted
+/// and the creation retried.
+pub fn create(dev: &str, ns: Netns<'_>, host: Ipv4Addr, alias: &str) -> Result<(), NlError> {
     let sock = Socket::open(None)?;
+    let (ns_attr, ns_val) = match ns {
+        Netns::Pid(pid) => (IFLA_NET_NS_PID, pid as u32),
+        Netns::Fd(fd) => (IFLA_NET_NS_FD, fd.as_raw_fd() as u32),
+    };
     let mut b = Batch::new();
     b.begin(RTM_NEWLINK, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, format!("create veth {dev}"))
         .raw(&ifinfomsg(0, IFF_UP, IFF_UP))
@@ -85,7 +98,7 @@ pub fn create(dev: &str, pid: i32, host: Ipv4Addr, alias: &str) -> Result<(), Nl
         .open(VETH_INFO_PEER)
         .raw(&ifinfomsg(0, 0, 0))
         .str(IFLA_IFNAME, PEER)
-        .ne32(IFLA_NET_NS_PID, pid as u32)
+        .ne32(ns_attr, ns_val)
         .close()
         .close()
         .close()
@@ -107,20 +120,27 @@ pub fn create(dev: &str, pid: i32, host: Ipv4Addr, alias: &str) -> Result<(), Nl
     sock.request(&b)
 }
 
-/// Inside the namespace of process `pid`: gives `eth0` the address `addr/30`, brings it
-/// up and routes everything via `gateway`.
-pub fn configure_peer(pid: i32, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), NlError> {
-    let path = format!("/proc/{pid}/ns/net");
-    let ns = std::fs::File::open(&path).map_err(|e| NlError {
-        what: format!("open {path}"),
-        errno: e.raw_os_error().map(Errno::from_raw_os_error).unwrap_or(Errno::IO),
-    })?;
+/// Inside namespace `ns`: gives `eth0` the address `addr/30`, brings it up and routes
+/// everything via `gateway`.
+pub fn configure_peer(ns: Netns<'_>, addr: Ipv4Addr, gateway: Ipv4Addr) -> Result<(), NlError> {
+    let opened;
+    let fd = match ns {
+        Netns::Fd(fd) => fd,
+        Netns::Pid(pid) => {
+            let path = format!("/proc/{pid}/ns/net");
+            opened = std::fs::File::open(&path).map_err(|e| NlError {
+                what: format!("open {path}"),
+                errno: e.raw_os_error().map(Errno::from_raw_os_error).unwrap_or(Errno::IO),
+            })?;
+            opened.as_fd()
+        }
+    };
     // The thread joins the namespace and ends with the work, so no other thread's
     // namespace changes; the socket it opens belongs to the namespace it was opened in.
     std::thread::scope(|s| {
         s.spawn(|| {
-            rustix::thread::move_into_link_name_space(ns.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
-                .map_err(|errno| NlError { what: format!("join the network namespace of {pid}"), errno })?;
+            rustix::thread::move_into_link_name_space(fd, Some(rustix::thread::LinkNameSpaceType::Network))
+                .map_err(|errno| NlError { what: "join the sandbox's network namespace".into(), errno })?;
             let sock = Socket::open(None)?;
             let index = index_of(&sock, PEER)?;
             let mut b = Batch::new();
@@ -162,9 +182,9 @@ mod tests {
     }
 
     /// A process alone in a new network namespace, killed on drop.
-    struct Netns(std::process::Child);
+    struct Sleeper(std::process::Child);
 
-    impl Drop for Netns {
+    impl Drop for Sleeper {
         fn drop(&mut self) {
             let _ = self.0.kill();
             let _ = self.0.wait();
@@ -181,7 +201,8 @@ mod tests {
             eprintln!("skipped: needs root");
             return;
         }
-        let ns = Netns(std::process::Command::new("unshare").args(["--net", "sleep", "30"]).spawn().expect("unshare"));
+        let ns =
+            Sleeper(std::process::Command::new("unshare").args(["--net", "sleep", "30"]).spawn().expect("unshare"));
         let pid = ns.0.id() as i32;
         let mine = format!("/proc/{pid}/ns/net");
         let entered = (0..100).any(|_| {
@@ -191,15 +212,39 @@ mod tests {
         assert!(entered, "the child never got its own network namespace");
         let dev = format!("gbt{}", std::process::id() % 100_000);
         let (host, peer) = (Ipv4Addr::new(10, 213, 255, 249), Ipv4Addr::new(10, 213, 255, 250));
-        create(&dev, pid, host, "glovebox_test").expect("create");
+        create(&dev, Netns::Pid(pid), host, "glovebox_test").expect("create");
         // What a crashed daemon leaves: the same name again is deleted and made anew.
-        create(&dev, pid, host, "glovebox_test").expect("create over a stale link");
-        configure_peer(pid, peer, host).expect("configure the peer");
+        create(&dev, Netns::Pid(pid), host, "glovebox_test").expect("create over a stale link");
+        configure_peer(Netns::Pid(pid), peer, host).expect("configure the peer");
         let alias = std::fs::read_to_string(format!("/sys/class/net/{dev}/ifalias")).expect("alias");
         assert_eq!(alias.trim(), "glovebox_test");
         delete(&dev).expect("delete");
         assert!(!host_has(&dev), "{dev} is still there");
         let e = delete(&dev).expect_err("a second delete finds nothing");
         assert_eq!(e.errno, Errno::NODEV, "{e}");
+    }
+
+    #[test]
+    fn a_namespace_made_ahead_is_linked_by_its_descriptor() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let ns = glovebox_jail::sys::new_netns().expect("new network namespace");
+        let dev = format!("gbf{}", std::process::id() % 100_000);
+        let (host, peer) = (Ipv4Addr::new(10, 213, 255, 245), Ipv4Addr::new(10, 213, 255, 246));
+        create(&dev, Netns::Fd(ns.as_fd()), host, "glovebox_test").expect("create");
+        configure_peer(Netns::Fd(ns.as_fd()), peer, host).expect("configure the peer");
+        assert!(host_has(&dev));
+        // The peer is inside that namespace: its address is there already.
+        let e = configure_peer(Netns::Fd(ns.as_fd()), peer, host).expect_err("the address is there already");
+        assert_eq!(e.errno, Errno::EXIST, "{e}");
+        drop(ns);
+        // The namespace's end takes the pair with it (the kernel's cleanup runs on its own).
+        let gone = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !host_has(&dev)
+        });
+        assert!(gone, "{dev} outlived its namespace");
     }
 }

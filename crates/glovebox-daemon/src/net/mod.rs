@@ -41,6 +41,12 @@ pub fn link_addrs(slot: u32) -> (Ipv4Addr, Ipv4Addr) {
     (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
 }
 
+/// The sandbox's `/etc/resolv.conf`: its resolver is on the host end of its link.
+pub fn resolv_conf(slot: u32) -> String {
+    let (host, _) = link_addrs(slot);
+    format!("nameserver {host}\noptions timeout:2 attempts:2\n")
+}
+
 /// The sandbox's chain (with `_in` and `_nat` beside it).
 fn chain(slot: u32) -> String {
     format!("sb{slot}")
@@ -72,27 +78,46 @@ impl Net {
         r.clone().map_err(Error::Unavailable)
     }
 
-    /// Gives the sandbox (PID 1 `pid`, uid slot `slot`) its link and applies `policy`.
-    pub fn attach(&self, slot: u32, pid: i32, policy: &Policy) -> Result<()> {
+    /// Links namespace `ns` ahead of the sandbox that will run in it, as slot `slot`: the
+    /// veth pair, both ends' addresses and the default route, the host end held shut (own,
+    /// but in no verdict map: the base chains drop all it sends) until [`Net::attach`] gives
+    /// it the sandbox's rules. Made off the requests' path (see `backend::made_ahead`): the
+    /// attach then only adds to the table, without waiting for the kernel's network
+    /// configuration lock.
+    pub fn link_ahead(&self, slot: u32, ns: std::os::fd::BorrowedFd<'_>) -> Result<()> {
         self.ensure()?;
+        let dev = ifname(slot);
+        self.make_link(slot, link::Netns::Fd(ns))
+            .and_then(|_| nft::hold(&self.table, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}"))))
+            .inspect_err(|_| self.cut(slot))
+    }
+
+    /// Gives the sandbox (PID 1 `pid`, uid slot `slot`) its link and applies `policy`; a
+    /// sandbox started in a namespace linked ahead (`ahead`) only gets its rules.
+    pub fn attach(&self, slot: u32, pid: i32, policy: &Policy, ahead: bool) -> Result<()> {
+        self.ensure()?;
+        let linked = if ahead { Ok(()) } else { self.make_link(slot, link::Netns::Pid(pid)) };
+        linked.and_then(|_| self.apply(slot, policy, true)).inspect_err(|_| self.cut(slot))
+    }
+
+    /// The veth pair into `ns`, with its addresses and the sandbox's default route.
+    fn make_link(&self, slot: u32, ns: link::Netns<'_>) -> Result<()> {
         let (host, sb) = link_addrs(slot);
         let dev = ifname(slot);
         // The alias names the daemon that owns the link (its table's name), for leak checks
         // on a host where several daemons run.
-        let r = link::create(&dev, pid, host, &self.table)
-            .and_then(|_| link::configure_peer(pid, sb, host))
+        link::create(&dev, ns, host, &self.table)
+            .and_then(|_| link::configure_peer(ns, sb, host))
             .map_err(|e| Error::Internal(format!("link {dev}: {e}")))
-            .and_then(|_| self.apply(slot, policy, true));
-        if let Err(e) = r {
-            // The sandbox lives on (to be destroyed): its link is cut here, not left to its
-            // namespace.
-            if let Err(e) = link::delete(&dev) {
-                tracing::debug!("{e}");
-            }
-            self.detach(slot);
-            return Err(e);
+    }
+
+    /// After a failed link: the sandbox lives on (to be destroyed), so its link is cut here,
+    /// not left to its namespace, and its rules go.
+    fn cut(&self, slot: u32) {
+        if let Err(e) = link::delete(&ifname(slot)) {
+            tracing::debug!("{e}");
         }
-        Ok(())
+        self.detach(slot);
     }
 
     /// Replaces the sandbox's rules atomically (one nf_tables transaction).
@@ -111,7 +136,10 @@ impl Net {
     pub fn detach(&self, slot: u32) {
         let dev = ifname(slot);
         if let Err(e) = nft::remove(&self.table, &dev, &chain(slot)) {
-            tracing::debug!("firewall rules of {dev}: {e}");
+            // A link made ahead and never attached has no chains: only its hold goes.
+            if let Err(h) = nft::hold(&self.table, &dev, false) {
+                tracing::debug!("firewall rules of {dev}: {e}; {h}");
+            }
         }
     }
 

@@ -520,6 +520,16 @@ pub fn apply(table: &str, dev: &str, chain: &str, host: Ipv4Addr, rules: &Rulese
     tx.commit()
 }
 
+/// Enters (`add`) or removes link `dev` in the `ifaces` set alone: an own link that no
+/// verdict map names has everything it sends dropped by the base chains, so a link made
+/// ahead is held shut until [`apply`] gives it its chains. Additions only, unlike replacing
+/// rules, which costs the kernel a grace period per commit.
+pub fn hold(table: &str, dev: &str, add: bool) -> Result<(), NlError> {
+    let mut tx = Tx::new(table);
+    tx.element(add, "ifaces", dev, None);
+    tx.commit()
+}
+
 /// Removes the sandbox's dispatch entries and chains, in one transaction.
 pub fn remove(table: &str, dev: &str, chain: &str) -> Result<(), NlError> {
     let mut tx = Tx::new(table);
