@@ -284,12 +284,13 @@ class Kernel:
             return
         code = request.get("code")
         env = request.get("env") or {}
+        scoped = request.get("scoped_env") or {}
         if not isinstance(code, str):
             self._protocol_error(rid, "request needs a string \"code\"")
-        elif not isinstance(env, dict) or not all(_valid_env(k, v) for k, v in env.items()):
-            self._protocol_error(rid, "\"env\" must map shell variable names to strings")
+        elif not _valid_env_map(env) or not _valid_env_map(scoped):
+            self._protocol_error(rid, "\"env\" and \"scoped_env\" must map shell variable names to strings")
         else:
-            self._run_cell(rid, code, {k: str(v) for k, v in env.items()})
+            self._run_cell(rid, code, {k: str(v) for k, v in env.items()}, {k: str(v) for k, v in scoped.items()})
             return
         self._send({"type": "end", "id": rid, "execution_count": self.count})
 
@@ -300,7 +301,7 @@ class Kernel:
         self._send({"type": "error", "id": self.output_id, "name": name, "value": value,
                     "traceback": value if traceback is None else traceback})
 
-    def _run_cell(self, rid, code, env):
+    def _run_cell(self, rid, code, env, scoped):
         self._sync_output()
         with self.lock:
             self.output_id = rid
@@ -326,7 +327,7 @@ class Kernel:
                 return
         except (OSError, subprocess.TimeoutExpired):
             pass  # Cannot check; let the shell report it.
-        status = self._run_in_shell(n, path, env)
+        status = self._run_in_shell(n, path, env, scoped)
         self._sync_output()
         if status is None:
             code_ = self.shell.proc.wait()
@@ -340,14 +341,23 @@ class Kernel:
             self._error("ExitCode", f"exit status {status}")
         self._end(rid, path)
 
-    def _run_in_shell(self, n, path, env):
+    def _run_in_shell(self, n, path, env, scoped):
         ctl = self.shell.ctl
         lines = []
         if env:
             lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "\n")
+        # Scoped variables: remember whether each was set and its value, export the cell's.
+        for i, k in enumerate(scoped):
+            lines.append(f"__glovebox_had_{i}=${{{k}+1}}; __glovebox_was_{i}=${{{k}-}}\n")
+        if scoped:
+            lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in scoped.items()) + "\n")
         lines.append(f"source {shlex.quote(path)} </dev/null {ctl}>&-\n")
+        lines.append("__glovebox_status=$?\n")
+        for i, k in enumerate(scoped):
+            lines.append(f"if [ -n \"$__glovebox_had_{i}\" ]; then export {k}=\"$__glovebox_was_{i}\"; "
+                         f"else unset {k}; fi; unset __glovebox_had_{i} __glovebox_was_{i}\n")
         # Report the status, then leave it in $? for the next cell.
-        lines.append(f"__glovebox_status=$?; builtin printf '%s %s\\n' {n} \"$__glovebox_status\" >&{ctl}; "
+        lines.append(f"builtin printf '%s %s\\n' {n} \"$__glovebox_status\" >&{ctl}; "
                      "(exit $__glovebox_status)\n")
         self.interrupted = False
         self.shell.write("".join(lines))
@@ -368,6 +378,10 @@ class Kernel:
             pass
         self._sync_output()
         self._send({"type": "end", "id": rid, "execution_count": self.count})
+
+
+def _valid_env_map(env):
+    return isinstance(env, dict) and all(_valid_env(k, v) for k, v in env.items())
 
 
 def _valid_env(key, value):

@@ -672,12 +672,15 @@ async function evaluate(code, filename) {
 }
 
 
-async function runCell(id, code, vars) {
+async function runCell(id, code, vars, scoped) {
   syncOutput(id);
   count += 1;
   const filename = `${CELL_PREFIX}${count}>`;
   cellSources.set(count, code.split('\n'));
   for (const [k, v] of Object.entries(vars)) env[k] = String(v);
+  // Scoped variables hold for this cell only: afterwards each gets back its earlier value.
+  const saved = Object.keys(scoped).map((k) => [k, k in env ? env[k] : undefined]);
+  for (const [k, v] of Object.entries(scoped)) env[k] = String(v);
   try {
     const value = await evaluate(code, filename);
     if (value !== undefined) emitResult(bundle(value), true);
@@ -692,6 +695,10 @@ async function runCell(id, code, vars) {
     send({ type: 'error', id: outputId, ...described });
   } finally {
     interruptCell = null;
+    for (const [k, v] of saved) {
+      if (v === undefined) delete env[k];
+      else env[k] = v;
+    }
   }
   syncOutput();
   send({ type: 'end', id, execution_count: count });
@@ -711,7 +718,7 @@ async function drainQueue() {
   running = true;
   while (queue.length) {
     const req = queue.shift();
-    await runCell(req.id, req.code, req.env);
+    await runCell(req.id, req.code, req.env, req.scoped);
   }
   running = false;
   if (inputDone) finish();
@@ -734,12 +741,14 @@ function handleLine(line) {
   const id = req && typeof req === 'object' && typeof req.id === 'string' ? req.id : null;
   if (id === null) return protocolError(null, 'request needs a string "id"');
   if (typeof req.code !== 'string') return protocolError(id, 'request needs a string "code"');
-  const vars = req.env === undefined || req.env === null ? {} : req.env;
-  const okEnv = typeof vars === 'object' && !Array.isArray(vars)
+  const envMap = (m) => (m === undefined || m === null ? {} : m);
+  const okEnv = (vars) => typeof vars === 'object' && !Array.isArray(vars)
     && Object.entries(vars).every(([k, v]) => k && !k.includes('=') && !k.includes('\0')
       && ['string', 'number', 'boolean'].includes(typeof v) && !String(v).includes('\0'));
-  if (!okEnv) return protocolError(id, '"env" must map names to strings');
-  queue.push({ id, code: req.code, env: vars });
+  const vars = envMap(req.env);
+  const scoped = envMap(req.scoped_env);
+  if (!okEnv(vars) || !okEnv(scoped)) return protocolError(id, '"env" and "scoped_env" must map names to strings');
+  queue.push({ id, code: req.code, env: vars, scoped });
   drainQueue();
 }
 

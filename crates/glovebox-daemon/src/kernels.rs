@@ -12,7 +12,6 @@
 //! period, the kernel is killed and the context restarted empty — the caller is told so
 //! (`context_restarted`); the sandbox is never wedged by a cell.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,38 +98,50 @@ struct KState {
     next: u64,
 }
 
-/// The contexts of a sandbox.
+/// The contexts of a sandbox, in the order they were made.
 #[derive(Default)]
 pub struct Kernels {
-    map: std::sync::Mutex<HashMap<String, Arc<Kernel>>>,
+    list: std::sync::Mutex<Vec<Arc<Kernel>>>,
 }
 
 impl Kernels {
-    pub fn get(&self, id: &str) -> Option<Arc<Kernel>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Kernel>>> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub fn get(&self, id: &str) -> Option<Arc<Kernel>> {
+        self.lock().iter().find(|k| k.id == id).cloned()
+    }
+
+    /// The default contexts first, then the others; each group oldest first.
     pub fn list(&self) -> Vec<Context> {
-        let mut v: Vec<Context> =
-            self.map.lock().unwrap_or_else(|p| p.into_inner()).values().map(|k| k.view()).collect();
-        v.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut v: Vec<Context> = self.lock().iter().map(|k| k.view()).collect();
+        v.sort_by_key(|c| c.id != c.language.as_str());
         v
     }
 
-    /// The default context of `lang` (id = the language's name), made if missing.
+    /// The default context of `lang` (id = the language's name), made if missing (its
+    /// kernel starts with its first cell).
     pub fn default_for(&self, lang: Language, preload: Option<&str>) -> Arc<Kernel> {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(lang.as_str().to_string())
-            .or_insert_with(|| Arc::new(Kernel::new(lang.as_str().to_string(), lang, None, preload)))
-            .clone()
+        let mut list = self.lock();
+        if let Some(k) = list.iter().find(|k| k.id == lang.as_str()) {
+            return k.clone();
+        }
+        let k = Arc::new(Kernel::new(lang.as_str().to_string(), lang, None, preload));
+        list.push(k.clone());
+        k
     }
 
     pub fn insert(&self, k: Arc<Kernel>) {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).insert(k.id.clone(), k);
+        let mut list = self.lock();
+        list.retain(|old| old.id != k.id);
+        list.push(k);
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Kernel>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+        let mut list = self.lock();
+        let i = list.iter().position(|k| k.id == id)?;
+        Some(list.remove(i))
     }
 }
 
@@ -234,6 +245,15 @@ impl Kernel {
         self.start_locked(t, &mut st).await
     }
 
+    /// Interrupts the running cell, if any (SIGINT; an idle kernel ignores it). What the cell
+    /// still sends carries its request id, which the next cell skips.
+    pub async fn interrupt(&self, t: &Target<'_>) {
+        let st = self.st.lock().await;
+        if let Some(id) = st.cmd {
+            let _ = t.agent().signal(id, libc::SIGINT).await;
+        }
+    }
+
     pub async fn shutdown(&self, t: &Target<'_>) {
         let mut st = self.st.lock().await;
         self.kill_locked(t, &mut st).await;
@@ -258,14 +278,17 @@ impl Kernel {
         st.next += 1;
         let req_id = format!("c{}", st.next);
         let mut req = serde_json::json!({ "id": req_id, "code": code });
-        let mut cell_env = std::collections::BTreeMap::new();
+        // The sandbox's environment is set once and kept; the run's own variables hold for
+        // this cell only (the kernel restores what they replaced).
         if !st.env_applied {
-            cell_env.extend(host.base_env());
+            let base = host.base_env();
+            if !base.is_empty() {
+                req["env"] = serde_json::to_value(&base).unwrap_or_default();
+            }
             st.env_applied = true;
         }
-        cell_env.extend(env.clone());
-        if !cell_env.is_empty() {
-            req["env"] = serde_json::to_value(&cell_env).unwrap_or_default();
+        if !env.is_empty() {
+            req["scoped_env"] = serde_json::to_value(env).unwrap_or_default();
         }
         let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
         line.push(b'\n');
