@@ -388,7 +388,9 @@ class Kernel:
                     importlib.import_module(name)
                 except BaseException:
                     pass
-        if "matplotlib.pyplot" in sys.modules:
+        if self.shell is not None:
+            self._warm_up_shell()
+        elif "matplotlib.pyplot" in sys.modules:
             # Render one throwaway figure: the first savefig loads fonts and the Agg
             # renderer, which would otherwise cost the user's first plot ~100 ms.
             # Exercise the same paths a first analysis cell takes (numpy statistics, a
@@ -432,6 +434,33 @@ class Kernel:
             if line.strip():
                 self._handle(line)
         self._sync_output()
+
+    def _warm_up_shell(self):
+        """Runs throwaway cells (not counted, output dropped) through the paths a first cell
+        takes: IPython's compiler and display hook, and with the preloaded modules a figure
+        shown inline (PNG, chart extraction) and a DataFrame's bundle."""
+        cells = ["1+1"]
+        if "matplotlib.pyplot" in sys.modules:
+            cells.append(
+                "import matplotlib.pyplot as __plt\n"
+                "__d = [1.0, 2.0, 2.0, 3.0]\n"
+                "import sys as __sys\n"
+                "if 'numpy' in __sys.modules:\n"
+                "    __np = __sys.modules['numpy']\n"
+                "    __d = __np.random.default_rng(0).normal(size=100)\n"
+                "    float(__d.mean()), float(__np.median(__d)), float(__d.std())\n"
+                "__plt.hist(__d, bins=10)\n__plt.title('warm-up')\n__plt.xlabel('x')\n__plt.show()\n"
+                "del __plt, __d, __sys\n"
+            )
+        if "pandas" in sys.modules:
+            cells.append("__import__('pandas').DataFrame({'a': [1, 2]})")
+        for cell in cells:
+            try:
+                self.shell.run_cell(cell, store_history=False)
+            except BaseException:
+                pass
+        for name in ("_", "__", "___", "__np"):
+            self.shell.user_ns.pop(name, None)
 
     def _handle(self, line):
         try:
@@ -580,6 +609,14 @@ def _make_shell(kernel, main):
             pass
 
     class Hook(DisplayHook):
+        def compute_format_data(self, result):
+            # Fast path for plain scalars, which no default formatter but text/plain renders:
+            # asking all of them costs more than the rest of a `1+1` cell.
+            kind = type(result)
+            if kind in _SCALARS and not _custom_printer(self.shell.display_formatter, kind):
+                return {"text/plain": self.shell.display_formatter.formatters["text/plain"](result)}, {}
+            return super().compute_format_data(result)
+
         def write_output_prompt(self):
             pass
 
@@ -596,7 +633,8 @@ def _make_shell(kernel, main):
             except Exception:
                 value = f"<unprintable {etype.__name__}>"
             name = etype.__name__ if isinstance(etype, type) else str(etype)
-            kernel._emit({"type": "error", "name": name, "value": value, "traceback": "\n".join(stb)})
+            if kernel.forward:
+                kernel._emit({"type": "error", "name": name, "value": value, "traceback": "\n".join(stb)})
 
     class DataFormatter(BaseFormatter):
         """``e2b/data``: a pandas DataFrame as its columns (lists of values)."""
@@ -661,6 +699,18 @@ def _make_shell(kernel, main):
     formatter.formatters["e2b/chart"] = ChartFormatter(parent=formatter)
     formatter.formatters["application/json"] = ContainerJSONFormatter(parent=formatter)
     return shell
+
+
+_SCALARS = frozenset((int, float, bool, complex, str, bytes))
+
+
+def _custom_printer(display_formatter, kind):
+    """Whether some formatter other than text/plain has a printer registered for `kind`."""
+    plain = display_formatter.formatters["text/plain"]
+    others = [f for f in display_formatter.formatters.values() if f is not plain]
+    others += [display_formatter.ipython_display_formatter, display_formatter.mimebundle_formatter]
+    key = (kind.__module__, kind.__name__)
+    return any(kind in f.type_printers or key in f.deferred_printers for f in others)
 
 
 def _plain(value):

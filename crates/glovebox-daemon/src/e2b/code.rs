@@ -130,19 +130,21 @@ async fn execute(State(st): State<E2b>, At(sb): At<JUPYTER_PORT>, b: Bytes) -> R
         timeout_ms: Some(TimeBudget::UNBOUNDED),
         env: req.env_vars.unwrap_or_default(),
     };
+    let (m, id) = (st.app.manager.clone(), sb.id.clone());
     let stream = crate::code::run_code_stream(st.app.manager.clone(), sb, req).map_err(not_found_is_404)?;
-    let body = stream.map(|chunk| {
-        chunk.map(|b| {
-            // Each chunk is one NDJSON line of ours; re-shape it.
-            match serde_json::from_slice::<CodeStreamLine>(&b) {
-                Ok(l) => {
-                    let mut v = serde_json::to_vec(&line(l)).unwrap_or_default();
-                    v.push(b'\n');
-                    Bytes::from(v)
-                }
-                Err(_) => Bytes::new(),
-            }
-        })
+    let body = stream.map(move |chunk| {
+        let b = chunk?;
+        // Each chunk is one NDJSON line of ours; re-shape it.
+        let Ok(l) = serde_json::from_slice::<CodeStreamLine>(&b) else { return Ok(Bytes::new()) };
+        // A cell cut short by the sandbox's end breaks the response off, as E2B's does (the
+        // SDK then finds the sandbox gone and says it was killed).
+        let last = matches!(l, CodeStreamLine::End { .. } | CodeStreamLine::Error(_));
+        if last && m.get(&id).is_err() {
+            return Err(std::io::Error::other("the sandbox ended during the cell"));
+        }
+        let mut v = serde_json::to_vec(&line(l)).unwrap_or_default();
+        v.push(b'\n');
+        Ok(Bytes::from(v))
     });
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(body)).into_response())
 }
