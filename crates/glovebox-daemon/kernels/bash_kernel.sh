@@ -8,7 +8,7 @@ exec python3 -c "${src%$'\n'PYTHON*}" "$@"
 """Glovebox bash kernel: a small Python driver around one persistent bash.
 
 Protocol (the same for the Python, Node and bash kernels; python_kernel.py has the full
-text): JSON-line requests ``{"id", "code", "env"?}`` on fd 0; JSON-line events on fd 1:
+text): JSON-line requests ``{"id", "code", "env"?, "scoped_env"?}`` on fd 0; JSON-line events on fd 1:
 ``ready`` (``"language": "bash"``), then per request ``stdout``/``stderr`` ``{text}``,
 ``error {name, value, traceback}`` and always, last, ``end {execution_count}``.  Bash cells
 have no results.  SIGINT interrupts the running cell (error named KeyboardInterrupt, state
@@ -31,7 +31,8 @@ Decisions:
   bash's message and is not run.
 * A cell that ends the shell (``exit``, ``exec``, ``set -e`` and a failure) gets
   ``ShellExited``; a fresh shell is started, and its state is lost.
-* ``env`` is exported before the cell and kept afterwards (not restored).  Names must be
+* ``env`` is exported before the cell and kept afterwards; ``scoped_env`` is exported for
+  the cell only (afterwards each name gets back its value, or is unset).  Names must be
   shell identifiers.
 * Output written while no cell runs carries the id of the most recent cell; output from
   before ``ready`` (bash's start-up notices) is dropped.  At an interrupt bash prints a

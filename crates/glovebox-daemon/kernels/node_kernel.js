@@ -2,7 +2,7 @@
 // Glovebox Node.js kernel: one long-lived JavaScript realm per code-interpreter context.
 //
 // Protocol (the same for the Python, Node and bash kernels; python_kernel.py has the full
-// text): JSON-line requests {"id", "code", "env"?} on fd 0; JSON-line events on fd 1:
+// text): JSON-line requests {"id", "code", "env"?, "scoped_env"?} on fd 0; JSON-line events on fd 1:
 // ready {"language":"javascript"}, then per request stdout/stderr {text}, result {data,
 // is_main_result}, error {name, value, traceback} and always, last, end {execution_count}.
 // SIGINT interrupts the running cell (error named KeyboardInterrupt, state kept); SIGINT
@@ -23,7 +23,8 @@
 // * The main result is the cell's completion value (what the REPL prints) as text/plain
 //   via util.inspect; undefined gives no result. `display(value)` and
 //   `display.html(s)`/`.markdown`/`.svg`/`.png`/`.json`/`.latex` give non-main results.
-// * `env` is set in process.env before the cell and kept afterwards (not restored).
+// * `env` is set in process.env before the cell and kept afterwards; `scoped_env` is set
+//   for the cell only (afterwards each name gets back its value, or is removed).
 // * Output: fds 1 and 2 are FIFOs drained by a worker thread (so child processes started
 //   with stdio "inherit" are captured), process.stdout/stderr write to them
 //   synchronously, fd 0 is /dev/null. The protocol channel moves to private fds reopened

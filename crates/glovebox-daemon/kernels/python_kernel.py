@@ -4,7 +4,7 @@
 Protocol (the same for the Python, Node and bash kernels):
 
 * Requests arrive on fd 0 as JSON lines: ``{"id": "<string>", "code": "<source>",
-  "env": {"K": "V"}}`` (``env`` optional).  Events leave on fd 1 as JSON lines, one
+  "env": {"K": "V"}, "scoped_env": {"K": "V"}}`` (both maps optional).  Events leave on fd 1 as JSON lines, one
   object per line, UTF-8, flushed after each line.
 * After setup (including importing the comma-separated modules in ``GLOVEBOX_PRELOAD``,
   failures ignored) the kernel emits ``{"type": "ready", "language": "python"}``.
@@ -20,8 +20,20 @@ Protocol (the same for the Python, Node and bash kernels):
 Decisions:
 
 * ``env`` is set in ``os.environ`` before the cell runs and kept afterwards (the daemon
-  sends the sandbox's environment with the first cell this way).  Unlike E2B's per-run
-  envs, values are not restored when the cell ends.
+  sends the sandbox's environment with the first cell this way).  ``scoped_env`` is set
+  for the cell only: when it ends, each name gets back the value it had (or is removed),
+  as E2B's per-execution envs.
+* When IPython is importable, cells run through an in-process ``InteractiveShell`` (no
+  Jupyter server): magics (``%``, ``!`` via the shell, output captured as below),
+  ``display()``, the formatter machinery and ``_repr_*_`` methods, IPython tracebacks
+  (no colours) and execution counts behave as in Jupyter.  Its display publisher and
+  display hook turn into result events; ``_showtraceback`` into the error event.  Extra
+  formatters give what E2B's template gives: ``e2b/data`` (a DataFrame's columns),
+  ``e2b/chart`` (a matplotlib figure's chart, by the ``e2b_charts`` package when
+  installed) and ``application/json`` for plain lists and dicts.  matplotlib uses the
+  inline backend in the kernel (children keep ``MPLBACKEND=Agg``); PIL's ``Image.show()``
+  and ``Image.save(path)`` display the image.  Without IPython, the stdlib engine below
+  applies (the same protocol).
 * A request line that is not valid JSON or lacks a string ``code`` gets an error event
   named ``ProtocolError``.  If the line carried a string ``id`` the error has that id and
   is followed by ``end`` (execution count unchanged), so a caller waiting on the id is
@@ -32,8 +44,8 @@ Decisions:
   newline, flush, result or the end of the cell.  Output written while no cell runs (a
   background thread or process) carries the id of the most recent cell; output produced
   before ``ready`` (while preloading) is dropped.
-* The last statement of a cell, if it is an expression whose value is not None, is the
-  main result, unless the cell ends with ``;``.  ``display()`` is a builtin giving
+* Stdlib engine: the last statement of a cell, if it is an expression whose value is not
+  None, is the main result, unless the cell ends with ``;``.  ``display()`` is a builtin giving
   non-main results; open matplotlib figures are emitted as image/png results by
   ``plt.show()`` and at the end of the cell, then closed.  Top-level ``await`` works.
 * MIME bundles follow IPython's display protocol (``_repr_mimebundle_``, ``_repr_html_``,
