@@ -56,6 +56,7 @@ import ast
 import base64
 import builtins
 import codecs
+import functools
 import importlib
 import importlib.abc
 import io
@@ -705,12 +706,22 @@ def _make_shell(kernel, main):
     Shell.displayhook_class = Hook
     Shell.display_pub_class = Publisher
     shell = Shell.instance(config=config, user_module=main)
-    shell.system = shell.system_raw
+    shell.system = functools.partial(_system, shell)
     formatter = shell.display_formatter
     formatter.formatters["e2b/data"] = DataFormatter(parent=formatter)
     formatter.formatters["e2b/chart"] = ChartFormatter(parent=formatter)
     formatter.formatters["application/json"] = ContainerJSONFormatter(parent=formatter)
     return shell
+
+
+def _system(shell, cmd):
+    """``!cmd``: run by the shell with the kernel's fds, so its stdout and stderr stream as
+    the cell's own (IPython's hint to prefer ``%pip`` over ``!pip`` is left out: both work)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You executed the system command")
+        shell.system_raw(cmd)
 
 
 _SCALARS = frozenset((int, float, bool, complex, str, bytes))
