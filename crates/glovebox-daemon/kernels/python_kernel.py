@@ -190,7 +190,14 @@ class Kernel:
         sys.path[0] = ""
 
         os.environ["MPLBACKEND"] = "Agg"
-        self.shell = _make_shell(self, main) if _have_ipython() else None
+        self.shell = None
+        if _have_ipython():
+            try:
+                self.shell = _make_shell(self, main)
+            except Exception as exc:
+                # An IPython that cannot start (a broken install): the stdlib engine runs.
+                sys.modules["__main__"] = main
+                os.write(self.diag, f"glovebox: IPython unusable, stdlib kernel: {exc!r}\n".encode())
         if self.shell is None:
             builtins.display = self.display
             patches = {
