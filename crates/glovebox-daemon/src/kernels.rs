@@ -245,12 +245,40 @@ impl Kernel {
         self.start_locked(t, &mut st).await
     }
 
-    /// Interrupts the running cell, if any (SIGINT; an idle kernel ignores it). What the cell
-    /// still sends carries its request id, which the next cell skips.
+    /// Stops the last cell sent, whose caller has gone: SIGINT (an idle kernel ignores it),
+    /// then its remaining events are read up to its `end`; a cell that does not end within
+    /// the grace period gets its kernel killed (the context starts over with the next cell).
     pub async fn interrupt(&self, t: &Target<'_>) {
-        let st = self.st.lock().await;
-        if let Some(id) = st.cmd {
-            let _ = t.agent().signal(id, libc::SIGINT).await;
+        let mut st = self.st.lock().await;
+        let Some(cmd) = st.cmd else { return };
+        let _ = t.agent().signal(cmd, libc::SIGINT).await;
+        let req_id = format!("c{}", st.next);
+        let ended = tokio::time::timeout(INTERRUPT_GRACE, async {
+            loop {
+                match next_line(&mut st).await {
+                    Ok(Some(ev)) => {
+                        let is = |k: &str, v: &str| ev.get(k).and_then(|x| x.as_str()) == Some(v);
+                        if is("type", "end") && is("id", &req_id) {
+                            return true;
+                        }
+                    }
+                    Ok(None) | Err(_) => return false,
+                }
+            }
+        })
+        .await;
+        if ended != Ok(true) {
+            self.kill_locked(t, &mut st).await;
+        }
+    }
+
+    /// The error of a cell whose kernel died.
+    fn died(&self, host: &impl Host) -> CodeError {
+        let reason = if host.oom_killed() { "out of memory" } else { "exited" };
+        CodeError {
+            name: "KernelDied".into(),
+            value: format!("the {} kernel {reason} during the cell; its state is lost", self.language.as_str()),
+            traceback: String::new(),
         }
     }
 
@@ -293,7 +321,18 @@ impl Kernel {
         let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
         line.push(b'\n');
         if let Some(session) = st.session.as_mut() {
-            session.write(&line).await.map_err(|e| Error::Agent(e.to_string()))?;
+            if let Err(e) = session.write(&line).await {
+                // The kernel is gone (killed while idle): unless the sandbox went with it, say
+                // so and start a fresh one with the next cell.
+                self.kill_locked(t, &mut st).await;
+                return match host.broken(e.to_string()) {
+                    Error::Agent(_) => {
+                        on(CodeStreamLine::Error(self.died(host)));
+                        Ok(CellEnd { execution_count: 0, context_restarted: true })
+                    }
+                    gone => Err(gone),
+                };
+            }
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut interrupted = false;
@@ -355,15 +394,7 @@ impl Kernel {
                 Ok(Ok(None)) => {
                     // The kernel died mid-cell (e.g. out of memory, or `os._exit`).
                     self.kill_locked(t, &mut st).await;
-                    let reason = if host.oom_killed() { "out of memory" } else { "exited" };
-                    on(CodeStreamLine::Error(CodeError {
-                        name: "KernelDied".into(),
-                        value: format!(
-                            "the {} kernel {reason} during the cell; its state is lost",
-                            self.language.as_str()
-                        ),
-                        traceback: String::new(),
-                    }));
+                    on(CodeStreamLine::Error(self.died(host)));
                     return Ok(CellEnd { execution_count: 0, context_restarted: true });
                 }
                 Ok(Ok(Some(ev))) => {

@@ -89,8 +89,13 @@ start = time.time()
 ex = run("1 + 1", timeout=10)
 check("the timed-out cell was interrupted", ex.text == "2" and time.time() - start < 8, time.time() - start)
 
+stubborn = "import time\nwhile True:\n    try:\n        time.sleep(100)\n    except KeyboardInterrupt:\n        pass"
+raises("a client timeout on a cell that ignores interrupts", TimeoutException, sbx.run_code, stubborn, timeout=3)
+ex = run("1 + 1", timeout=30)
+check("its kernel was killed and the next cell runs", ex.text == "2", ex)
+
 run("state = 5")
-sbx.commands.run("kill -9 $(pgrep -f python_kernel.py | head -1)", user="root")
+sbx.commands.run("pkill -9 -f python_kernel.py", user="root")
 ex = sbx.run_code("state")
 check("a killed kernel is reported", ex.error is not None, ex)
 ex = run("x = 1; x")
