@@ -8,7 +8,7 @@ exec python3 -c "${src%$'\n'PYTHON*}" "$@"
 """Glovebox bash kernel: a small Python driver around one persistent bash.
 
 Protocol (the same for the Python, Node and bash kernels; python_kernel.py has the full
-text): JSON-line requests ``{"id", "code", "env"?}`` on fd 0; JSON-line events on fd 1:
+text): JSON-line requests ``{"id", "code", "env"?, "scoped_env"?}`` on fd 0; JSON-line events on fd 1:
 ``ready`` (``"language": "bash"``), then per request ``stdout``/``stderr`` ``{text}``,
 ``error {name, value, traceback}`` and always, last, ``end {execution_count}``.  Bash cells
 have no results.  SIGINT interrupts the running cell (error named KeyboardInterrupt, state
@@ -31,9 +31,9 @@ Decisions:
   bash's message and is not run.
 * A cell that ends the shell (``exit``, ``exec``, ``set -e`` and a failure) gets
   ``ShellExited``; a fresh shell is started, and its state is lost.
-* ``base_env`` (the sandbox's environment, with the first cell) is exported for good;
-  ``env`` only for the cell: afterwards each of its names gets back its old value (or is
-  unset).  Names must be shell identifiers.
+* ``env`` is exported before the cell and kept afterwards; ``scoped_env`` is exported for
+  the cell only (afterwards each name gets back its value, or is unset).  Names must be
+  shell identifiers.
 * Output written while no cell runs carries the id of the most recent cell; output from
   before ``ready`` (bash's start-up notices) is dropped.  At an interrupt bash prints a
   newline, and it reports background jobs (``[1] 1234``) on stderr, as at a terminal.
@@ -285,13 +285,13 @@ class Kernel:
             return
         code = request.get("code")
         env = request.get("env") or {}
-        base = request.get("base_env") or {}
+        scoped = request.get("scoped_env") or {}
         if not isinstance(code, str):
             self._protocol_error(rid, "request needs a string \"code\"")
-        elif not all(isinstance(m, dict) and all(_valid_env(k, v) for k, v in m.items()) for m in (env, base)):
-            self._protocol_error(rid, "\"env\" must map shell variable names to strings")
+        elif not _valid_env_map(env) or not _valid_env_map(scoped):
+            self._protocol_error(rid, "\"env\" and \"scoped_env\" must map shell variable names to strings")
         else:
-            self._run_cell(rid, code, {k: str(v) for k, v in env.items()}, {k: str(v) for k, v in base.items()})
+            self._run_cell(rid, code, {k: str(v) for k, v in env.items()}, {k: str(v) for k, v in scoped.items()})
             return
         self._send({"type": "end", "id": rid, "execution_count": self.count})
 
@@ -302,7 +302,7 @@ class Kernel:
         self._send({"type": "error", "id": self.output_id, "name": name, "value": value,
                     "traceback": value if traceback is None else traceback})
 
-    def _run_cell(self, rid, code, env, base):
+    def _run_cell(self, rid, code, env, scoped):
         self._sync_output()
         with self.lock:
             self.output_id = rid
@@ -328,7 +328,7 @@ class Kernel:
                 return
         except (OSError, subprocess.TimeoutExpired):
             pass  # Cannot check; let the shell report it.
-        status = self._run_in_shell(n, path, env, base)
+        status = self._run_in_shell(n, path, env, scoped)
         self._sync_output()
         if status is None:
             code_ = self.shell.proc.wait()
@@ -342,21 +342,23 @@ class Kernel:
             self._error("ExitCode", f"exit status {status}")
         self._end(rid, path)
 
-    def _run_in_shell(self, n, path, env, base):
+    def _run_in_shell(self, n, path, env, scoped):
         ctl = self.shell.ctl
         lines = []
-        if base:
-            lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in base.items()) + "\n")
-        restore = ""
         if env:
-            names = " ".join(env)
-            # `declare -p` of the names set before the cell, replayed afterwards.
-            lines.append(f"__glovebox_saved=$(builtin declare -p {names} 2>/dev/null)\n")
             lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "\n")
-            restore = f"builtin unset {names}; builtin eval \"$__glovebox_saved\"; "
+        # Scoped variables: remember whether each was set and its value, export the cell's.
+        for i, k in enumerate(scoped):
+            lines.append(f"__glovebox_had_{i}=${{{k}+1}}; __glovebox_was_{i}=${{{k}-}}\n")
+        if scoped:
+            lines.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in scoped.items()) + "\n")
         lines.append(f"source {shlex.quote(path)} </dev/null {ctl}>&-\n")
+        lines.append("__glovebox_status=$?\n")
+        for i, k in enumerate(scoped):
+            lines.append(f"if [ -n \"$__glovebox_had_{i}\" ]; then export {k}=\"$__glovebox_was_{i}\"; "
+                         f"else unset {k}; fi; unset __glovebox_had_{i} __glovebox_was_{i}\n")
         # Report the status, then leave it in $? for the next cell.
-        lines.append(f"__glovebox_status=$?; {restore}builtin printf '%s %s\\n' {n} \"$__glovebox_status\" >&{ctl}; "
+        lines.append(f"builtin printf '%s %s\\n' {n} \"$__glovebox_status\" >&{ctl}; "
                      "(exit $__glovebox_status)\n")
         self.interrupted = False
         self.shell.write("".join(lines))
@@ -377,6 +379,10 @@ class Kernel:
             pass
         self._sync_output()
         self._send({"type": "end", "id": rid, "execution_count": self.count})
+
+
+def _valid_env_map(env):
+    return isinstance(env, dict) and all(_valid_env(k, v) for k, v in env.items())
 
 
 def _valid_env(key, value):

@@ -2,7 +2,7 @@
 // source launcher (`java java_kernel.java`).
 //
 // Protocol (the same for every kernel; python_kernel.py has the full text): JSON-line
-// requests {"id", "code", "env"?, "base_env"?} on stdin; JSON-line events on stdout:
+// requests {"id", "code", "env"?, "scoped_env"?} on stdin; JSON-line events on stdout:
 // ready {"language": "java"}, then per request stdout/stderr {text}, result {data,
 // is_main_result}, error {name, value, traceback} and always, last, end {execution_count}.
 //
@@ -18,9 +18,9 @@
 //   where the daemon skips lines that are not events.
 // * A snippet that does not compile ends the cell with an error named CompilationError; an
 //   exception with one named after its class (simple name), value its message.
-// * Environment: Java cannot change its own environment, so `base_env` and `env` become
-//   system properties (`System.getProperty("NAME")`, as on E2B); `base_env` for good,
-//   `env` for the cell only.
+// * Environment: Java cannot change its own environment, so `env` and `scoped_env` become
+//   system properties (`System.getProperty("NAME")`, as on E2B); `env` for good,
+//   `scoped_env` for the cell only.
 // * SIGINT while a cell runs stops it (error KeyboardInterrupt, state kept).
 
 import java.io.*;
@@ -139,14 +139,14 @@ public class JavaKernel {
             }
             count++;
             outputId = id;
-            setProperties(req.get("base_env"));
+            setProperties(req.get("env"));
             Map<String, String> saved = new HashMap<>();
-            if (req.get("env") instanceof Map) {
-                for (Map.Entry<?, ?> e : ((Map<?, ?>) req.get("env")).entrySet()) {
+            if (req.get("scoped_env") instanceof Map) {
+                for (Map.Entry<?, ?> e : ((Map<?, ?>) req.get("scoped_env")).entrySet()) {
                     String k = String.valueOf(e.getKey());
                     saved.put(k, System.getProperty(k));
                 }
-                setProperties(req.get("env"));
+                setProperties(req.get("scoped_env"));
             }
             runCell(js, id, (String) req.get("code"));
             for (Map.Entry<String, String> e : saved.entrySet()) {

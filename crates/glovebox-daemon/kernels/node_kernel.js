@@ -2,7 +2,7 @@
 // Glovebox Node.js kernel: one long-lived JavaScript realm per code-interpreter context.
 //
 // Protocol (the same for the Python, Node and bash kernels; python_kernel.py has the full
-// text): JSON-line requests {"id", "code", "env"?} on fd 0; JSON-line events on fd 1:
+// text): JSON-line requests {"id", "code", "env"?, "scoped_env"?} on fd 0; JSON-line events on fd 1:
 // ready {"language":"javascript"}, then per request stdout/stderr {text}, result {data,
 // is_main_result}, error {name, value, traceback} and always, last, end {execution_count}.
 // SIGINT interrupts the running cell (error named KeyboardInterrupt, state kept); SIGINT
@@ -23,8 +23,8 @@
 // * The main result is the cell's completion value (what the REPL prints) as text/plain
 //   via util.inspect; undefined gives no result. `display(value)` and
 //   `display.html(s)`/`.markdown`/`.svg`/`.png`/`.json`/`.latex` give non-main results.
-// * `base_env` (the sandbox's environment, with the first cell) is set in process.env for
-//   good; `env` only for the cell: afterwards each of its names gets back its old value.
+// * `env` is set in process.env before the cell and kept afterwards; `scoped_env` is set
+//   for the cell only (afterwards each name gets back its value, or is removed).
 // * Static `import` declarations at the start of a line (`import x from 'm'`,
 //   `import { a as b } from 'm'`, `import * as ns from 'm'`, `import 'm'`) become dynamic
 //   imports awaited in place (so such a cell runs as an async cell); bare names resolve from
@@ -763,14 +763,15 @@ async function evaluate(code, filename) {
 }
 
 
-async function runCell(id, code, vars, baseVars) {
+async function runCell(id, code, vars, scoped) {
   syncOutput(id);
   count += 1;
   const filename = `${CELL_PREFIX}${count}>`;
   cellSources.set(count, code.split('\n'));
-  for (const [k, v] of Object.entries(baseVars)) env[k] = String(v);
-  const saved = Object.keys(vars).map((k) => [k, Object.prototype.hasOwnProperty.call(env, k) ? env[k] : undefined]);
   for (const [k, v] of Object.entries(vars)) env[k] = String(v);
+  // Scoped variables hold for this cell only: afterwards each gets back its earlier value.
+  const saved = Object.keys(scoped).map((k) => [k, k in env ? env[k] : undefined]);
+  for (const [k, v] of Object.entries(scoped)) env[k] = String(v);
   try {
     const value = await evaluate(esmImports(TYPESCRIPT ? transpile(code) : code), filename);
     if (value !== undefined) emitResult(bundle(value), true);
@@ -808,7 +809,7 @@ async function drainQueue() {
   running = true;
   while (queue.length) {
     const req = queue.shift();
-    await runCell(req.id, req.code, req.env, req.baseEnv);
+    await runCell(req.id, req.code, req.env, req.scoped);
   }
   running = false;
   if (inputDone) finish();
@@ -831,13 +832,14 @@ function handleLine(line) {
   const id = req && typeof req === 'object' && typeof req.id === 'string' ? req.id : null;
   if (id === null) return protocolError(null, 'request needs a string "id"');
   if (typeof req.code !== 'string') return protocolError(id, 'request needs a string "code"');
-  const vars = req.env === undefined || req.env === null ? {} : req.env;
-  const baseVars = req.base_env === undefined || req.base_env === null ? {} : req.base_env;
-  const okEnv = (m) => typeof m === 'object' && !Array.isArray(m)
-    && Object.entries(m).every(([k, v]) => k && !k.includes('=') && !k.includes('\0')
+  const envMap = (m) => (m === undefined || m === null ? {} : m);
+  const okEnv = (vars) => typeof vars === 'object' && !Array.isArray(vars)
+    && Object.entries(vars).every(([k, v]) => k && !k.includes('=') && !k.includes('\0')
       && ['string', 'number', 'boolean'].includes(typeof v) && !String(v).includes('\0'));
-  if (!okEnv(vars) || !okEnv(baseVars)) return protocolError(id, '"env" must map names to strings');
-  queue.push({ id, code: req.code, env: vars, baseEnv: baseVars });
+  const vars = envMap(req.env);
+  const scoped = envMap(req.scoped_env);
+  if (!okEnv(vars) || !okEnv(scoped)) return protocolError(id, '"env" and "scoped_env" must map names to strings');
+  queue.push({ id, code: req.code, env: vars, scoped });
   drainQueue();
 }
 

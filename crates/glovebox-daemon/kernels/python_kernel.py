@@ -4,7 +4,7 @@
 Protocol (the same for the Python, Node and bash kernels):
 
 * Requests arrive on fd 0 as JSON lines: ``{"id": "<string>", "code": "<source>",
-  "env": {"K": "V"}}`` (``env`` optional).  Events leave on fd 1 as JSON lines, one
+  "env": {"K": "V"}, "scoped_env": {"K": "V"}}`` (both maps optional).  Events leave on fd 1 as JSON lines, one
   object per line, UTF-8, flushed after each line.
 * After setup (including importing the comma-separated modules in ``GLOVEBOX_PRELOAD``,
   failures ignored) the kernel emits ``{"type": "ready", "language": "python"}``.
@@ -20,8 +20,20 @@ Protocol (the same for the Python, Node and bash kernels):
 Decisions:
 
 * ``env`` is set in ``os.environ`` before the cell runs and kept afterwards (the daemon
-  sends the sandbox's environment with the first cell this way).  Unlike E2B's per-run
-  envs, values are not restored when the cell ends.
+  sends the sandbox's environment with the first cell this way).  ``scoped_env`` is set
+  for the cell only: when it ends, each name gets back the value it had (or is removed),
+  as E2B's per-execution envs.
+* When IPython is importable, cells run through an in-process ``InteractiveShell`` (no
+  Jupyter server): magics (``%``, ``!`` via the shell, output captured as below),
+  ``display()``, the formatter machinery and ``_repr_*_`` methods, IPython tracebacks
+  (no colours) and execution counts behave as in Jupyter.  Its display publisher and
+  display hook turn into result events; ``_showtraceback`` into the error event.  Extra
+  formatters give what E2B's template gives: ``e2b/data`` (a DataFrame's columns),
+  ``e2b/chart`` (a matplotlib figure's chart, by the ``e2b_charts`` package when
+  installed) and ``application/json`` for plain lists and dicts.  matplotlib uses the
+  inline backend in the kernel (children keep ``MPLBACKEND=Agg``); PIL's ``Image.show()``
+  and ``Image.save(path)`` display the image.  Without IPython, the stdlib engine below
+  applies (the same protocol).
 * A request line that is not valid JSON or lacks a string ``code`` gets an error event
   named ``ProtocolError``.  If the line carried a string ``id`` the error has that id and
   is followed by ``end`` (execution count unchanged), so a caller waiting on the id is
@@ -32,8 +44,8 @@ Decisions:
   newline, flush, result or the end of the cell.  Output written while no cell runs (a
   background thread or process) carries the id of the most recent cell; output produced
   before ``ready`` (while preloading) is dropped.
-* The last statement of a cell, if it is an expression whose value is not None, is the
-  main result, unless the cell ends with ``;``.  ``display()`` is a builtin giving
+* Stdlib engine: the last statement of a cell, if it is an expression whose value is not
+  None, is the main result, unless the cell ends with ``;``.  ``display()`` is a builtin giving
   non-main results; open matplotlib figures are emitted as image/png results by
   ``plt.show()`` and at the end of the cell, then closed.  Top-level ``await`` works.
 * MIME bundles follow IPython's display protocol (``_repr_mimebundle_``, ``_repr_html_``,
@@ -44,6 +56,7 @@ import ast
 import base64
 import builtins
 import codecs
+import functools
 import importlib
 import importlib.abc
 import io
@@ -175,15 +188,27 @@ class Kernel:
         self.ns = main.__dict__
         sys.argv = [""]
         sys.path[0] = ""
-        builtins.display = self.display
 
         os.environ["MPLBACKEND"] = "Agg"
-        patches = {
-            "matplotlib.pyplot": self._patch_pyplot,
-            "IPython.display": self._patch_ipython,
-            "IPython.core.display": self._patch_ipython,
-            "IPython.core.display_functions": self._patch_ipython,
-        }
+        self.shell = None
+        if _have_ipython():
+            try:
+                self.shell = _make_shell(self, main)
+            except Exception as exc:
+                # An IPython that cannot start (a broken install): the stdlib engine runs.
+                sys.modules["__main__"] = main
+                os.write(self.diag, f"glovebox: IPython unusable, stdlib kernel: {exc!r}\n".encode())
+        if self.shell is None:
+            builtins.display = self.display
+            patches = {
+                "matplotlib.pyplot": self._patch_pyplot,
+                "IPython.display": self._patch_ipython,
+                "IPython.core.display": self._patch_ipython,
+                "IPython.core.display_functions": self._patch_ipython,
+            }
+        else:
+            self.ns = self.shell.user_ns
+            patches = {"matplotlib": _inline_backend, "PIL.Image": _patch_pil}
         sys.meta_path.insert(0, _PostImportHook(patches))
         for name, patch in patches.items():
             if name in sys.modules:
@@ -383,7 +408,9 @@ class Kernel:
                     importlib.import_module(name)
                 except BaseException:
                     pass
-        if "matplotlib.pyplot" in sys.modules:
+        if self.shell is not None:
+            self._warm_up_shell()
+        elif "matplotlib.pyplot" in sys.modules:
             # Render one throwaway figure: the first savefig loads fonts and the Agg
             # renderer, which would otherwise cost the user's first plot ~100 ms.
             # Exercise the same paths a first analysis cell takes (numpy statistics, a
@@ -428,6 +455,33 @@ class Kernel:
                 self._handle(line)
         self._sync_output()
 
+    def _warm_up_shell(self):
+        """Runs throwaway cells (not counted, output dropped) through the paths a first cell
+        takes: IPython's compiler and display hook, and with the preloaded modules a figure
+        shown inline (PNG, chart extraction) and a DataFrame's bundle."""
+        cells = ["1+1"]
+        if "matplotlib.pyplot" in sys.modules:
+            cells.append(
+                "import matplotlib.pyplot as __plt\n"
+                "__d = [1.0, 2.0, 2.0, 3.0]\n"
+                "import sys as __sys\n"
+                "if 'numpy' in __sys.modules:\n"
+                "    __np = __sys.modules['numpy']\n"
+                "    __d = __np.random.default_rng(0).normal(size=100)\n"
+                "    float(__d.mean()), float(__np.median(__d)), float(__d.std())\n"
+                "__plt.hist(__d, bins=10)\n__plt.title('warm-up')\n__plt.xlabel('x')\n__plt.show()\n"
+                "del __plt, __d, __sys\n"
+            )
+        if "pandas" in sys.modules:
+            cells.append("__import__('pandas').DataFrame({'a': [1, 2]})")
+        for cell in cells:
+            try:
+                self.shell.run_cell(cell, store_history=False)
+            except BaseException:
+                pass
+        for name in ("_", "__", "___", "__np"):
+            self.shell.user_ns.pop(name, None)
+
     def _handle(self, line):
         try:
             request = json.loads(line)
@@ -440,27 +494,43 @@ class Kernel:
             return
         code = request.get("code")
         env = request.get("env") or {}
+        scoped = request.get("scoped_env") or {}
         if not isinstance(code, str):
             self._protocol_error(rid, "request needs a string \"code\"")
-        elif not isinstance(env, dict) or not all(_valid_env(k, v) for k, v in env.items()):
-            self._protocol_error(rid, "\"env\" must map names to strings")
+        elif not _valid_env_map(env) or not _valid_env_map(scoped):
+            self._protocol_error(rid, "\"env\" and \"scoped_env\" must map names to strings")
         else:
-            self._run_cell(rid, code, {k: str(v) for k, v in env.items()})
+            os.environ.update({k: str(v) for k, v in env.items()})
+            # Scoped variables hold for this cell only: afterwards each name gets back the
+            # value it had before (or is removed), whatever the cell did with it.
+            saved = {k: os.environ.get(k) for k in scoped}
+            os.environ.update({k: str(v) for k, v in scoped.items()})
+            try:
+                self._run_cell(rid, code)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                self._send({"type": "end", "id": rid, "execution_count": self.count})
             return
         self._send({"type": "end", "id": rid, "execution_count": self.count})
 
     def _protocol_error(self, rid, message):
         self._send({"type": "error", "id": rid, "name": "ProtocolError", "value": message, "traceback": message})
 
-    def _run_cell(self, rid, code, env):
+    def _run_cell(self, rid, code):
         self._sync_output()
         with self.lock:
             self.output_id = rid
+        self.interrupt_pending = False
+        if self.shell is not None:
+            self._run_ipython(code)
+            return
         self.count += 1
         filename = f"<cell-{self.count}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        os.environ.update(env)
-        self.interrupt_pending = False
         try:
             self.executing = True
             try:
@@ -485,7 +555,19 @@ class Kernel:
         finally:
             self.executing = False
         self._sync_output()
-        self._send({"type": "end", "id": rid, "execution_count": self.count})
+
+    def _run_ipython(self, code):
+        self.count = self.shell.execution_count
+        try:
+            self.executing = True
+            self.shell.run_cell(code, store_history=True)
+        except BaseException as exc:
+            # An interrupt that landed outside the cell's own try (IPython's bookkeeping).
+            self.executing = False
+            self._emit({"type": "error", **_describe(exc)})
+        finally:
+            self.executing = False
+        self._sync_output()
 
     def _execute(self, code, filename):
         flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
@@ -512,6 +594,203 @@ class Kernel:
         except BaseException:
             task.cancel()
             raise
+
+
+# ---- the IPython engine -------------------------------------------------------------------
+
+
+def _have_ipython():
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("IPython") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _make_shell(kernel, main):
+    """An IPython InteractiveShell whose displays, results and errors become events."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.formatters import BaseFormatter, JSONFormatter
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets import ObjectName, Unicode
+    from traitlets.config import Config
+
+    def result(data, main_result):
+        if kernel.forward:
+            kernel._emit({"type": "result", "data": _json_safe(data), "is_main_result": main_result})
+
+    class Publisher(DisplayPublisher):
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            result(data, False)
+
+        def clear_output(self, wait=False):
+            pass
+
+    class Hook(DisplayHook):
+        def compute_format_data(self, result):
+            # Fast path for plain scalars, which no default formatter but text/plain renders:
+            # asking all of them costs more than the rest of a `1+1` cell.
+            kind = type(result)
+            if kind in _SCALARS and not _custom_printer(self.shell.display_formatter, kind):
+                return {"text/plain": self.shell.display_formatter.formatters["text/plain"](result)}, {}
+            return super().compute_format_data(result)
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            result(format_dict, True)
+
+        def finish_displayhook(self):
+            self._is_active = False
+
+    class Shell(InteractiveShell):
+        def _showtraceback(self, etype, evalue, stb):
+            try:
+                value = str(evalue)
+            except Exception:
+                value = f"<unprintable {etype.__name__}>"
+            name = etype.__name__ if isinstance(etype, type) else str(etype)
+            if kernel.forward:
+                kernel._emit({"type": "error", "name": name, "value": value, "traceback": "\n".join(stb)})
+
+    class DataFormatter(BaseFormatter):
+        """``e2b/data``: a pandas DataFrame as its columns (lists of values)."""
+
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            pd = sys.modules.get("pandas")
+            if pd is None or not isinstance(obj, pd.DataFrame):
+                return super().__call__(obj)
+            columns = obj.to_dict(orient="list")
+            return {
+                str(name): [v.isoformat() if isinstance(v, pd.Timestamp) else v for v in values]
+                for name, values in columns.items()
+            }
+
+    class ChartFormatter(BaseFormatter):
+        """``e2b/chart``: the chart a matplotlib figure draws, as data (``e2b_charts``)."""
+
+        format_type = Unicode("e2b/chart")
+        print_method = ObjectName("_repr_e2b_chart_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            figure = sys.modules.get("matplotlib.figure")
+            if figure is None or not isinstance(obj, figure.Figure):
+                return super().__call__(obj)
+            try:
+                from e2b_charts import chart_figure_to_dict
+
+                return chart_figure_to_dict(obj)
+            except Exception:
+                # A chart the extractor does not understand (or no extractor installed):
+                # the figure still comes as an image.
+                return None
+
+    class ContainerJSONFormatter(JSONFormatter):
+        """``application/json`` also for plain lists and dicts (numpy values included)."""
+
+        def __call__(self, obj):
+            if type(obj) in (list, dict):
+                try:
+                    return json.loads(json.dumps(obj, default=_plain, allow_nan=False)), {"expanded": True}
+                except (TypeError, ValueError):
+                    pass
+            return super().__call__(obj)
+
+    config = Config()
+    config.InteractiveShell.colors = "nocolor"
+    config.InteractiveShell.xmode = "Context"
+    config.PlainTextFormatter.max_seq_length = 0
+    # No history database: each kernel is fresh, and nothing is written to $HOME.
+    config.HistoryManager.enabled = False
+    Shell.displayhook_class = Hook
+    Shell.display_pub_class = Publisher
+    shell = Shell.instance(config=config, user_module=main)
+    shell.system = functools.partial(_system, shell)
+    formatter = shell.display_formatter
+    formatter.formatters["e2b/data"] = DataFormatter(parent=formatter)
+    formatter.formatters["e2b/chart"] = ChartFormatter(parent=formatter)
+    formatter.formatters["application/json"] = ContainerJSONFormatter(parent=formatter)
+    return shell
+
+
+def _system(shell, cmd):
+    """``!cmd``: run by the shell with the kernel's fds, so its stdout and stderr stream as
+    the cell's own (IPython's hint to prefer ``%pip`` over ``!pip`` is left out: both work)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You executed the system command")
+        shell.system_raw(cmd)
+
+
+_SCALARS = frozenset((int, float, bool, complex, str, bytes))
+
+
+def _custom_printer(display_formatter, kind):
+    """Whether some formatter other than text/plain has a printer registered for `kind`."""
+    plain = display_formatter.formatters["text/plain"]
+    others = [f for f in display_formatter.formatters.values() if f is not plain]
+    others += [display_formatter.ipython_display_formatter, display_formatter.mimebundle_formatter]
+    key = (kind.__module__, kind.__name__)
+    return any(kind in f.type_printers or key in f.deferred_printers for f in others)
+
+
+def _plain(value):
+    """JSON for the numpy scalars and arrays inside a displayed list or dict."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _json_safe(data):
+    """A MIME bundle with binary values as base64 and values JSON cannot carry dropped."""
+    out = {}
+    for mime, value in data.items():
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            value = base64.b64encode(bytes(value)).decode("ascii")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        out[mime] = value
+    return out
+
+
+def _inline_backend(matplotlib):
+    """Figures go to the notebook, as in Jupyter (children keep ``MPLBACKEND=Agg``)."""
+    matplotlib.rcParams["backend"] = "module://matplotlib_inline.backend_inline"
+
+
+def _patch_pil(image_module):
+    """``Image.show()`` and ``Image.save(path)`` display the image in the notebook."""
+    image_class = image_module.Image
+    save = image_class.save
+
+    def show(self, title=None):
+        from IPython.display import display
+
+        display(self)
+
+    def save_and_display(self, fp, format=None, **params):
+        if isinstance(fp, (str, os.PathLike)):
+            from IPython.display import display
+
+            display(self)
+        return save(self, fp, format, **params)
+
+    show.__doc__ = "Displays the image in the notebook (there is no screen)."
+    save_and_display.__doc__ = save.__doc__
+    image_class.show = show
+    image_class.save = save_and_display
 
 
 def _safe_getattr(obj, name):
@@ -543,6 +822,10 @@ def _mime_value(mime, value):
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return value if isinstance(value, str) else str(value)
+
+
+def _valid_env_map(env):
+    return isinstance(env, dict) and all(_valid_env(k, v) for k, v in env.items())
 
 
 def _valid_env(key, value):

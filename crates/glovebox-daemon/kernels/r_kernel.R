@@ -1,7 +1,7 @@
 # Glovebox R kernel: one long-lived R session per code-interpreter context.
 #
 # Protocol (the same for every kernel; python_kernel.py has the full text): JSON-line
-# requests {"id", "code", "env"?, "base_env"?} on stdin; JSON-line events on stdout:
+# requests {"id", "code", "env"?, "scoped_env"?} on stdin; JSON-line events on stdout:
 # ready {"language": "r"}, then per request stdout/stderr {text}, result {data,
 # is_main_result}, error {name, value, traceback} and always, last, end {execution_count}.
 # Needs the jsonlite package (Debian: r-cran-jsonlite).
@@ -15,7 +15,7 @@
 # * An error stops the cell: error event named after the condition's first class that is
 #   not "simpleError"/"error"/"condition" (else "Error"), value its message, traceback
 #   "Error in <call>: <message>" as R shows it.
-# * `base_env` is set with Sys.setenv for good; `env` only for the cell, then restored.
+# * `env` is set with Sys.setenv for good; `scoped_env` only for the cell, then restored.
 # * Output is captured with sink(): processes started with system() write straight to the
 #   protocol stream, where the daemon skips lines that are not events (their output is lost).
 # * SIGINT while a cell runs interrupts it (error KeyboardInterrupt, state kept); SIGINT
@@ -112,8 +112,8 @@ suppressPackageStartupMessages(library(jsonlite))
 .glovebox$cell <- function(req) {
   id <- req$id
   .glovebox$count <- .glovebox$count + 1L
-  if (!is.null(req$base_env)) .glovebox$set_env(req$base_env)
-  vars <- req$env
+  if (!is.null(req$env)) .glovebox$set_env(req$env)
+  vars <- req$scoped_env
   saved <- NULL
   if (length(vars) > 0) {
     saved <- Sys.getenv(names(vars), unset = NA, names = TRUE)

@@ -101,7 +101,16 @@ pub fn run_code_stream(
         let end = k.run(&host, &req.code, &req.env, timeout, move |l| {
             let _ = tx2.send(l);
         });
-        let last = match end.await {
+        // A client that goes away (its own timeout, a dropped connection) stops its cell: the
+        // wait ends and the kernel is interrupted, so the context is free for the next cell.
+        let end = tokio::select! {
+            end = end => end,
+            _ = tx.closed() => {
+                k.interrupt(&sb.target()).await;
+                return;
+            }
+        };
+        let last = match end {
             Ok(e) => CodeStreamLine::End { execution_count: e.execution_count, context_restarted: e.context_restarted },
             Err(e) => CodeStreamLine::Error(CodeError {
                 name: "GloveboxError".into(),

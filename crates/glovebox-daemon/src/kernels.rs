@@ -6,15 +6,14 @@
 //! full-duplex session to it, writes one JSON request line per cell to its stdin and reads
 //! JSON event lines from its stdout (protocol in `kernels/python_kernel.py`). Kernel output
 //! is untrusted: lines are bounded, unknown events are skipped. The first cell of a kernel
-//! also carries `base_env`, the sandbox's environment: the Node (JavaScript, TypeScript), R,
-//! Java and bash kernels keep it for good and scope the cell's own `env` to that cell.
+//! also carries `env`, the sandbox's environment, which every kernel keeps for good; a
+//! cell's own variables travel as `scoped_env` and hold for that cell only.
 //!
 //! Invariants: cells of one context run one at a time (the session lock); a cell that
 //! outlives its timeout is interrupted with SIGINT and, if it does not end within a grace
 //! period, the kernel is killed and the context restarted empty — the caller is told so
 //! (`context_restarted`); the sandbox is never wedged by a cell.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,8 +99,6 @@ pub struct Kernel {
     pub cwd: String,
     /// Modules the python kernel imports before it reports ready.
     preload: Option<String>,
-    /// When the context was made (listing order).
-    made: std::time::Instant,
     st: tokio::sync::Mutex<KState>,
 }
 
@@ -117,40 +114,50 @@ struct KState {
     next: u64,
 }
 
-/// The contexts of a sandbox.
+/// The contexts of a sandbox, in the order they were made.
 #[derive(Default)]
 pub struct Kernels {
-    map: std::sync::Mutex<HashMap<String, Arc<Kernel>>>,
+    list: std::sync::Mutex<Vec<Arc<Kernel>>>,
 }
 
 impl Kernels {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Kernel>>> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn get(&self, id: &str) -> Option<Arc<Kernel>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+        self.lock().iter().find(|k| k.id == id).cloned()
     }
 
-    /// The contexts: the default ones (named after their language) first, then the others in
-    /// the order they were made.
+    /// The default contexts first, then the others; each group oldest first.
     pub fn list(&self) -> Vec<Context> {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let mut v: Vec<&Arc<Kernel>> = map.values().collect();
-        v.sort_by_key(|k| (k.id != k.language.as_str(), k.made, k.id.clone()));
-        v.into_iter().map(|k| k.view()).collect()
+        let mut v: Vec<Context> = self.lock().iter().map(|k| k.view()).collect();
+        v.sort_by_key(|c| c.id != c.language.as_str());
+        v
     }
 
-    /// The default context of `lang` (id = the language's name), made if missing.
+    /// The default context of `lang` (id = the language's name), made if missing (its
+    /// kernel starts with its first cell).
     pub fn default_for(&self, lang: Language, preload: Option<&str>) -> Arc<Kernel> {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(lang.as_str().to_string())
-            .or_insert_with(|| Arc::new(Kernel::new(lang.as_str().to_string(), lang, None, preload)))
-            .clone()
+        let mut list = self.lock();
+        if let Some(k) = list.iter().find(|k| k.id == lang.as_str()) {
+            return k.clone();
+        }
+        let k = Arc::new(Kernel::new(lang.as_str().to_string(), lang, None, preload));
+        list.push(k.clone());
+        k
     }
 
     pub fn insert(&self, k: Arc<Kernel>) {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).insert(k.id.clone(), k);
+        let mut list = self.lock();
+        list.retain(|old| old.id != k.id);
+        list.push(k);
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Kernel>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+        let mut list = self.lock();
+        let i = list.iter().position(|k| k.id == id)?;
+        Some(list.remove(i))
     }
 }
 
@@ -167,7 +174,6 @@ impl Kernel {
             language,
             cwd: cwd.unwrap_or_else(|| "/home/user".to_string()),
             preload: if language == Language::Python { preload.map(str::to_string) } else { None },
-            made: std::time::Instant::now(),
             st: tokio::sync::Mutex::new(KState::default()),
         }
     }
@@ -255,6 +261,43 @@ impl Kernel {
         self.start_locked(t, &mut st).await
     }
 
+    /// Stops the last cell sent, whose caller has gone: SIGINT (an idle kernel ignores it),
+    /// then its remaining events are read up to its `end`; a cell that does not end within
+    /// the grace period gets its kernel killed (the context starts over with the next cell).
+    pub async fn interrupt(&self, t: &Target<'_>) {
+        let mut st = self.st.lock().await;
+        let Some(cmd) = st.cmd else { return };
+        let _ = t.agent().signal(cmd, libc::SIGINT).await;
+        let req_id = format!("c{}", st.next);
+        let ended = tokio::time::timeout(INTERRUPT_GRACE, async {
+            loop {
+                match next_line(&mut st).await {
+                    Ok(Some(ev)) => {
+                        let is = |k: &str, v: &str| ev.get(k).and_then(|x| x.as_str()) == Some(v);
+                        if is("type", "end") && is("id", &req_id) {
+                            return true;
+                        }
+                    }
+                    Ok(None) | Err(_) => return false,
+                }
+            }
+        })
+        .await;
+        if ended != Ok(true) {
+            self.kill_locked(t, &mut st).await;
+        }
+    }
+
+    /// The error of a cell whose kernel died.
+    fn died(&self, host: &impl Host) -> CodeError {
+        let reason = if host.oom_killed() { "out of memory" } else { "exited" };
+        CodeError {
+            name: "KernelDied".into(),
+            value: format!("the {} kernel {reason} during the cell; its state is lost", self.language.as_str()),
+            traceback: String::new(),
+        }
+    }
+
     pub async fn shutdown(&self, t: &Target<'_>) {
         let mut st = self.st.lock().await;
         self.kill_locked(t, &mut st).await;
@@ -279,24 +322,33 @@ impl Kernel {
         st.next += 1;
         let req_id = format!("c{}", st.next);
         let mut req = serde_json::json!({ "id": req_id, "code": code });
-        let mut cell_env = std::collections::BTreeMap::new();
+        // The sandbox's environment is set once and kept; the run's own variables hold for
+        // this cell only (the kernel restores what they replaced).
         if !st.env_applied {
             let base = host.base_env();
-            // Kernels that scope `env` to the cell keep `base_env` for good.
             if !base.is_empty() {
-                req["base_env"] = serde_json::to_value(&base).unwrap_or_default();
+                req["env"] = serde_json::to_value(&base).unwrap_or_default();
             }
-            cell_env.extend(base);
             st.env_applied = true;
         }
-        cell_env.extend(env.clone());
-        if !cell_env.is_empty() {
-            req["env"] = serde_json::to_value(&cell_env).unwrap_or_default();
+        if !env.is_empty() {
+            req["scoped_env"] = serde_json::to_value(env).unwrap_or_default();
         }
         let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
         line.push(b'\n');
         if let Some(session) = st.session.as_mut() {
-            session.write(&line).await.map_err(|e| Error::Agent(e.to_string()))?;
+            if let Err(e) = session.write(&line).await {
+                // The kernel is gone (killed while idle): unless the sandbox went with it, say
+                // so and start a fresh one with the next cell.
+                self.kill_locked(t, &mut st).await;
+                return match host.broken(e.to_string()) {
+                    Error::Agent(_) => {
+                        on(CodeStreamLine::Error(self.died(host)));
+                        Ok(CellEnd { execution_count: 0, context_restarted: true })
+                    }
+                    gone => Err(gone),
+                };
+            }
         }
         let deadline = tokio::time::Instant::now() + timeout;
         let mut interrupted = false;
@@ -358,15 +410,7 @@ impl Kernel {
                 Ok(Ok(None)) => {
                     // The kernel died mid-cell (e.g. out of memory, or `os._exit`).
                     self.kill_locked(t, &mut st).await;
-                    let reason = if host.oom_killed() { "out of memory" } else { "exited" };
-                    on(CodeStreamLine::Error(CodeError {
-                        name: "KernelDied".into(),
-                        value: format!(
-                            "the {} kernel {reason} during the cell; its state is lost",
-                            self.language.as_str()
-                        ),
-                        traceback: String::new(),
-                    }));
+                    on(CodeStreamLine::Error(self.died(host)));
                     return Ok(CellEnd { execution_count: 0, context_restarted: true });
                 }
                 Ok(Ok(Some(ev))) => {

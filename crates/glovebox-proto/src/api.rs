@@ -726,7 +726,8 @@ pub struct RunCode {
     #[cfg_attr(feature = "schema", schemars(extend("default" = TimeBudget::DEFAULT.as_ms())))]
     #[serde(default)]
     pub timeout_ms: Option<TimeBudget>,
-    /// Set in the context's environment before the cell runs (and kept).
+    /// Set in the context's environment for this cell only: when it ends, each variable gets
+    /// back the value it had before (or is removed), as E2B's per-execution `envs`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }

@@ -157,6 +157,19 @@ fn csv_pipeline_offline() {
     d.shutdown_and_check_leaks();
 }
 
+/// The template's python kernel is IPython.
+#[test]
+fn code_interpreter_ipython() {
+    require_root!();
+    let Some(_) = templates_dir() else {
+        eprintln!("SKIPPED: GLOVEBOX_TEMPLATES_DIR has no code-interpreter template (scripts/test builds it)");
+        return;
+    };
+    let d = Daemon::start();
+    run_script(&d, "ipython.py", 50, Duration::from_secs(300), &[]);
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn node_sdk_smoke() {
     require_root!();

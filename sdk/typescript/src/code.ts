@@ -88,7 +88,7 @@ export interface RunCodeOptions {
   context?: CodeContext | string;
   /** The cell's time budget (default 60 000); on expiry it is interrupted, the context kept. */
   timeoutMs?: number;
-  /** Set in the context's environment before the cell runs (and kept). */
+  /** Set in the context's environment for this cell only (restored when it ends). */
   env?: Record<string, string>;
   /** Streaming callbacks: the request then streams events as they happen. */
   onStdout?: (text: string) => void;

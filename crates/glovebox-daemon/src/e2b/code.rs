@@ -58,12 +58,18 @@ fn now_ns() -> u64 {
 }
 
 /// A MIME bundle as E2B's `Result`: well-known types by short name, the rest in `extra`.
+/// A text that is a quoted string (a `str` result's repr) loses its quotes, as E2B shows it.
 fn result(r: CodeResult) -> Value {
     let mut out = Map::new();
     let mut extra = Map::new();
     for (mime, v) in r.data {
         let key = match mime.as_str() {
-            "text/plain" => "text",
+            "text/plain" => {
+                out.insert("text".into(), v.as_str().map_or(v.clone(), |t| json!(unquote(t))));
+                continue;
+            }
+            "e2b/data" => "data",
+            "e2b/chart" => "chart",
             "text/html" => "html",
             "text/markdown" => "markdown",
             "image/svg+xml" => "svg",
@@ -86,6 +92,16 @@ fn result(r: CodeResult) -> Value {
         out.insert("extra".into(), Value::Object(extra));
     }
     Value::Object(out)
+}
+
+/// `'abc'` or `"abc"` → `abc`; any other text as it is.
+fn unquote(t: &str) -> &str {
+    let quoted = |q: char| t.len() >= 2 && t.starts_with(q) && t.ends_with(q);
+    if quoted('\'') || quoted('"') {
+        &t[1..t.len() - 1]
+    } else {
+        t
+    }
 }
 
 /// One Glovebox stream line as E2B's.
@@ -114,19 +130,21 @@ async fn execute(State(st): State<E2b>, At(sb): At<JUPYTER_PORT>, b: Bytes) -> R
         timeout_ms: Some(TimeBudget::UNBOUNDED),
         env: req.env_vars.unwrap_or_default(),
     };
+    let (m, id) = (st.app.manager.clone(), sb.id.clone());
     let stream = crate::code::run_code_stream(st.app.manager.clone(), sb, req).map_err(not_found_is_404)?;
-    let body = stream.map(|chunk| {
-        chunk.map(|b| {
-            // Each chunk is one NDJSON line of ours; re-shape it.
-            match serde_json::from_slice::<CodeStreamLine>(&b) {
-                Ok(l) => {
-                    let mut v = serde_json::to_vec(&line(l)).unwrap_or_default();
-                    v.push(b'\n');
-                    Bytes::from(v)
-                }
-                Err(_) => Bytes::new(),
-            }
-        })
+    let body = stream.map(move |chunk| {
+        let b = chunk?;
+        // Each chunk is one NDJSON line of ours; re-shape it.
+        let Ok(l) = serde_json::from_slice::<CodeStreamLine>(&b) else { return Ok(Bytes::new()) };
+        // A cell cut short by the sandbox's end breaks the response off, as E2B's does (the
+        // SDK then finds the sandbox gone and says it was killed).
+        let last = matches!(l, CodeStreamLine::End { .. } | CodeStreamLine::Error(_));
+        if last && m.get(&id).is_err() {
+            return Err(std::io::Error::other("the sandbox ended during the cell"));
+        }
+        let mut v = serde_json::to_vec(&line(l)).unwrap_or_default();
+        v.push(b'\n');
+        Ok(Bytes::from(v))
     });
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(body)).into_response())
 }
@@ -160,10 +178,11 @@ async fn create_context(State(st): State<E2b>, At(sb): At<JUPYTER_PORT>, b: Byte
 }
 
 async fn list_contexts(At(sb): At<JUPYTER_PORT>) -> Response {
-    // E2B's sandboxes list their python and javascript contexts from the start; here they
-    // are made (not started) when first listed or used.
-    sb.kernels.default_for(Language::Python, sb.preload.as_deref());
-    sb.kernels.default_for(Language::Javascript, None);
+    // E2B's code interpreter starts with a python and a javascript context; ours are made on
+    // first use, so listing makes them (their kernels start with their first cell).
+    for lang in [Language::Python, Language::Javascript] {
+        sb.kernels.default_for(lang, sb.preload.as_deref());
+    }
     let v: Vec<Value> = sb
         .kernels
         .list()
@@ -200,6 +219,18 @@ mod tests {
         assert_eq!(v["png"], "iVBOR");
         assert_eq!(v["text"], "<Figure>");
         assert_eq!(v["extra"]["application/x-custom"], 1);
+        let mut data = BTreeMap::new();
+        data.insert("text/plain".to_string(), json!("'supertest'"));
+        data.insert("e2b/data".to_string(), json!({"a": [1, 2]}));
+        data.insert("e2b/chart".to_string(), json!({"type": "line"}));
+        let v = result(CodeResult { is_main_result: true, data });
+        assert_eq!(v["text"], "supertest");
+        assert_eq!(v["data"]["a"][1], 2);
+        assert_eq!(v["chart"]["type"], "line");
+        assert!(v.get("extra").is_none());
+        assert_eq!(unquote("\"x\""), "x");
+        assert_eq!(unquote("'"), "'");
+        assert_eq!(unquote("[1, 'a']"), "[1, 'a']");
         let e = line(CodeStreamLine::End { execution_count: 3, context_restarted: false });
         assert_eq!(e["execution_count"], 3);
     }
