@@ -12,7 +12,8 @@ known to fail (with the reason). The verdict:
   is re-run once on its own (a second failure is a regression, exit 1; a pass is reported
   as flaky);
 * a listed known failure that passes is reported (so the list can shrink);
-* the pass rate (passed / run) is printed next to the 95 % bar of the issue.
+* the pass rate (passed / run) is printed next to the 95 % bar of the issue; tests listed
+  `lifecycle` (pause and resume: another issue) run and may fail, but count outside the bar.
 
 Prints `SUITE: N passed, N failed (N known), N out of scope` as its last line.
 """
@@ -30,19 +31,19 @@ BAR = 0.95
 
 
 def load_expectations(suite):
-    """(out_of_scope {prefix: reason}, known {node id: reason}) for `suite`."""
-    out, known = {}, {}
+    """(out_of_scope {prefix: reason}, known {node id: reason}, lifecycle {node id: reason})."""
+    out, known, lifecycle = {}, {}, {}
     for n, line in enumerate((HERE / "expectations.txt").read_text().splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         parts = line.split(None, 3)
-        if len(parts) < 4 or parts[0] not in ("skip", "fail"):
-            sys.exit(f"expectations.txt:{n}: want `skip|fail SUITE TEST REASON`, got {line!r}")
+        if len(parts) < 4 or parts[0] not in ("skip", "fail", "lifecycle"):
+            sys.exit(f"expectations.txt:{n}: want `skip|fail|lifecycle SUITE TEST REASON`, got {line!r}")
         kind, s, test, reason = parts
         if s == suite:
-            (out if kind == "skip" else known)[test] = reason
-    return out, known
+            {"skip": out, "fail": known, "lifecycle": lifecycle}[kind][test] = reason
+    return out, known, lifecycle
 
 
 def run_pytest(python, suite_dir, args, junit, timeout_s):
@@ -93,7 +94,7 @@ def main():
     a = ap.parse_args()
     a.python = os.path.abspath(a.python) if os.sep in a.python else a.python
     suite_dir = HERE / a.suite
-    out_of_scope, known = load_expectations(a.suite)
+    out_of_scope, known, lifecycle = load_expectations(a.suite)
     for var in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY"):
         if not os.environ.get(var):
             sys.exit(f"run.py: {var} is not set (point it at a Glovebox daemon)")
@@ -108,7 +109,7 @@ def main():
         if not got:
             sys.exit(f"{a.suite}: pytest reported no test (see its output above)")
 
-        unexpected = sorted(t for t, s in got.items() if s == "failed" and t not in known)
+        unexpected = sorted(t for t, s in got.items() if s == "failed" and t not in known and t not in lifecycle)
         flaky = []
         if unexpected:
             print(f"\n{a.suite}: re-running {len(unexpected)} unexpected failure(s) one at a time", flush=True)
@@ -120,8 +121,11 @@ def main():
             for t in flaky:
                 got[t] = "passed"
 
-    passed = [t for t, s in got.items() if s == "passed"]
-    failed = [t for t, s in got.items() if s == "failed"]
+    in_bar = {t: s for t, s in got.items() if t not in lifecycle}
+    passed = [t for t, s in in_bar.items() if s == "passed"]
+    failed = [t for t, s in in_bar.items() if s == "failed"]
+    life_run = [t for t in got if t in lifecycle]
+    life_passed = [t for t in life_run if got[t] == "passed"]
     skipped = [t for t, s in got.items() if s == "skipped"]
     fixed = sorted(t for t in known if got.get(t) == "passed")
     run = len(passed) + len(failed)
@@ -139,6 +143,8 @@ def main():
         print(f"{a.suite}: FAILED, not a known failure: {t}")
     bar = "meets" if rate >= BAR else "below"
     print(f"{a.suite}: pass rate {rate:.1%} of the tests run ({bar} the {BAR:.0%} bar)")
+    if lifecycle:
+        print(f"{a.suite}: pause/resume tests (outside the bar): {len(life_passed)} of {len(life_run)} passed")
     known_failed = len([t for t in failed if t in known])
     print(
         f"{a.suite}: {len(passed)} passed, {len(failed)} failed ({known_failed} known), "
