@@ -15,26 +15,20 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{leaks, processes_of, run_bounded, run_dir, sandbox_body, Daemon};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// The shared templates dir this process was started with (copied from, never changed).
-static SHARED_TEMPLATES: OnceLock<Option<PathBuf>> = OnceLock::new();
-
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     let g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    SHARED_TEMPLATES.get_or_init(|| {
-        let shared = std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from);
-        // Only this thread runs (the others wait on LOCK), so nothing reads the environment
-        // while it changes.
-        std::env::remove_var("GLOVEBOX_TEMPLATES_DIR");
-        shared
-    });
+    // These daemons start without the suite's shared template store. Only this thread runs
+    // (the others wait on LOCK), so nothing reads the environment while it changes.
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::remove_var("GLOVEBOX_TEMPLATES_DIR"));
     g
 }
 
@@ -477,34 +471,25 @@ fn a_sandbox_out_of_memory_during_an_upload_is_a_clear_error() {
 
 /// Copies the shared code-interpreter template as hard links (fast, and removing the copy's
 /// names never touches the shared files); without one, a small stand-in layer.
-fn make_template(dst: &Path) {
-    let shared = SHARED_TEMPLATES.get().cloned().flatten().map(|p| p.join("code-interpreter"));
-    fs::create_dir_all(dst.parent().unwrap()).unwrap();
-    let copied = shared.filter(|s| s.join("rootfs").is_dir()).is_some_and(|s| {
-        run_bounded(Command::new("cp").arg("-al").arg(&s).arg(dst), None, Duration::from_secs(60)).status.success()
-    });
-    if !copied {
-        fs::create_dir_all(dst.join("rootfs/usr/local/lib")).unwrap();
-    }
-    let marker = dst.join("rootfs/usr/local/share/gbtest");
-    fs::create_dir_all(&marker).unwrap();
-    fs::write(marker.join("seen.txt"), "layer-seen\n").unwrap();
-    fs::write(marker.join("unseen.txt"), "layer-unseen\n").unwrap();
-}
-
 #[test]
 fn a_template_deleted_under_a_running_sandbox() {
     require_root!();
     let _g = serial();
     let d = Daemon::start();
-    let tpl = d.data_dir.join("templates/code-interpreter");
-    make_template(&tpl);
-    let id = d.create(sandbox_body(json!({ "template": "code-interpreter" })));
+    let spec = "FROM host\nRUN mkdir -p /usr/local/share/gbtest && echo layer-seen > /usr/local/share/gbtest/seen.txt && echo layer-unseen > /usr/local/share/gbtest/unseen.txt\n";
+    let (st, info) = d.post("/v1/templates", &json!({ "name": "doomed", "dockerfile": spec }));
+    assert_eq!(st, 201, "{info}");
+    let id = d.create(sandbox_body(json!({ "template": "doomed" })));
     assert_eq!(d.sh_ok(&id, "cat /usr/local/share/gbtest/seen.txt"), "layer-seen\n");
     d.sh_ok(&id, "echo mine > /home/user/mine");
 
-    fs::remove_dir_all(&tpl).unwrap();
-    assert!(!tpl.exists());
+    // Deleted behind the daemon's back: the template's record and every layer of it.
+    fs::remove_file(d.data_dir.join("templates/doomed.json")).unwrap();
+    for layer in info["layers"].as_array().expect("layers") {
+        let dir = d.data_dir.join("layers").join(layer.as_str().unwrap());
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(!dir.exists());
+    }
     // The running sandbox keeps working: its mounts hold the layer's directory, the host's
     // /usr and its own writes are untouched. (Names of the deleted layer it never looked up
     // are gone from it too: the files were unlinked.)
@@ -517,7 +502,7 @@ fn a_template_deleted_under_a_running_sandbox() {
         format!("\n== layer files after the template was deleted: {}\n", summary(&seen)).as_bytes(),
     );
     // New sandboxes of it fail clearly; the base template still works.
-    let (st, v) = d.post("/v1/sandboxes", &json!({ "template": "code-interpreter", "timeout_s": 30 }));
+    let (st, v) = d.post("/v1/sandboxes", &json!({ "template": "doomed", "timeout_s": 30 }));
     assert_eq!((st, v["error"]["code"].as_str()), (404, Some("template_not_found")), "{v}");
     let b = d.create(sandbox_body(json!({})));
     assert_eq!(d.sh_ok(&b, "echo base"), "base\n");
