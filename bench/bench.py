@@ -483,6 +483,25 @@ def plot_step(api, pool_want, settle_s):
     return step
 
 
+def code_interpreter_site(store):
+    """PYTHONPATH for the host peers: the code-interpreter template's dist-packages dirs, from
+    the template store `glovebox template build` keeps (templates/<name>.json, layers/<id>/fs),
+    top-most layer first. None if the template is not built."""
+    try:
+        with open(os.path.join(store, "templates", "code-interpreter.json")) as f:
+            layers = json.load(f)["layers"]
+    except (OSError, ValueError, KeyError):
+        return None
+    dirs = []
+    for layer in layers:
+        lib = os.path.join(store, "layers", layer, "fs", "usr", "local", "lib")
+        for py in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+            d = os.path.join(lib, py, "dist-packages")
+            if py.startswith("python3") and os.path.isdir(d):
+                dirs.append(d)
+    return os.pathsep.join(dirs) or None
+
+
 class HostPlot:
     """The seed cell on the host (no sandbox), with the template's packages on PYTHONPATH.
     Each iteration starts a python that preloads and renders the warm-up figure as the
@@ -1460,11 +1479,7 @@ def main():
 
     api = Api(a.url, a.key) if a.url else None
     papi = Api(a.pool_url, a.key) if a.pool_url else None
-    site = None
-    if a.templates_dir:
-        site = next(iter(sorted(
-            os.path.join(root, d) for root, dirs, _ in os.walk(os.path.join(a.templates_dir, "code-interpreter", "rootfs"))
-            for d in dirs if d == "dist-packages")), None)
+    site = code_interpreter_site(a.templates_dir) if a.templates_dir else None
     pool_want = a.pool_size * (2 if site else 1)
     if papi is not None and a.pool_size > 0:
         # Nothing is measured while the pool daemon is still booting its pool (the
