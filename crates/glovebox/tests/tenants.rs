@@ -234,7 +234,7 @@ fn keys_cli_creates_lists_and_revokes() {
     );
     assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
     let key = o.stdout_str().trim().to_string();
-    assert!(key.starts_with("gbk_"), "{key}");
+    assert!(key.starts_with("e2b_") && key.len() == 44, "{key}");
     let (st, _) = as_key(&d, &key, Method::GET, "/v1/sandboxes", None);
     assert_eq!(st, 200);
     let o = run_bounded(d.cli().args(["keys", "ls"]), None, Duration::from_secs(20));
