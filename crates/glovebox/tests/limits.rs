@@ -126,9 +126,13 @@ fn fork_bomb_is_capped_and_the_host_is_unaffected() {
     assert_eq!(d.sh_ok(&id, "echo alive"), "alive\n");
 
     // A real shell fork bomb, ended by the command timeout; the sandbox survives it. The
-    // parent `exec`s its sleep: a fork there could lose the race against the bomb and exit.
+    // parent forks exactly once, before the bomb exists, then `exec`s its sleep: any later
+    // fork of its own could lose the race against the bomb and exit 2 ("Cannot fork"). That
+    // is why the bomb starts in a subshell: dash forks each element of a background pipeline
+    // from the calling shell, so `b | b &` run by the parent would be two forks, the second
+    // racing the first one's children.
     let t = Instant::now();
-    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "b() { b | b & }; b; exec sleep 30"], "timeout_ms": 2000 }));
+    let r = d.exec(&id, json!({ "cmd": ["sh", "-c", "b() { b | b & }; (b) & exec sleep 30"], "timeout_ms": 2000 }));
     assert!(t.elapsed() < Duration::from_secs(8), "bomb took {:?} to end", t.elapsed());
     assert_eq!(r["timed_out"], true, "{}", summary(&r));
     let left = common::poll(Duration::from_secs(5), Duration::from_millis(100), || {
