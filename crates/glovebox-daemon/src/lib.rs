@@ -7,6 +7,7 @@ pub mod backend;
 pub mod broker;
 pub mod builds;
 pub mod code;
+pub mod conn;
 pub mod e2b;
 pub mod egress;
 pub mod error;

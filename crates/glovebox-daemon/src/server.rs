@@ -7,6 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::conn::{Conn, ResetOnClose};
 use crate::http::{count_responses, AppState};
 use crate::manager::Manager;
 use crate::util::random_key;
@@ -83,8 +84,13 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        let svc =
-            app.clone().map_request(|req: axum::http::Request<hyper::body::Incoming>| req.map(axum::body::Body::new));
+        let reset = ResetOnClose::default();
+        let tcp = Conn::new(tcp, reset.clone());
+        let svc = app.clone().map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
+            let mut req = req.map(axum::body::Body::new);
+            req.extensions_mut().insert(reset.clone());
+            req
+        });
         let svc = hyper_util::service::TowerToHyperService::new(svc);
         let mut close = close_rx.clone();
         tokio::spawn(async move {

@@ -14,6 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::Extension;
 use base64::Engine;
 use futures_util::StreamExt;
 use glovebox_proto::agent::{Command, ExitStatus};
@@ -24,6 +25,8 @@ use serde_json::{json, Value};
 use super::connect::{self, Code, RpcError};
 use super::{sandbox_path, At, E2b, ENVD_PORT};
 use crate::agent::{Op, Output};
+use crate::conn::ResetOnClose;
+use crate::error::Error;
 use crate::manager::{Manager, Sb};
 use crate::ops;
 
@@ -86,17 +89,19 @@ pub async fn rpc(
     State(st): State<E2b>,
     At(sb): At<ENVD_PORT>,
     Path(method): Path<String>,
+    reset: Option<Extension<ResetOnClose>>,
     h: HeaderMap,
     body: Bytes,
 ) -> Response {
     let m = st.app.manager.clone();
+    let reset = reset.map(|Extension(r)| r);
     match method.as_str() {
         "Start" => match connect::stream_request::<StartRequest>(&h, &body) {
-            Ok(req) => start(m, sb, &h, req).await,
+            Ok(req) => start(m, sb, &h, req, reset).await,
             Err(e) => connect::stream_error(e),
         },
         "Connect" => match connect::stream_request::<WithProcess>(&h, &body) {
-            Ok(req) => follow(m, sb, req.process).await,
+            Ok(req) => follow(m, sb, req.process, reset).await,
             Err(e) => connect::stream_error(e),
         },
         "List" => connect::unary_response(list(&m, &sb).await),
@@ -134,7 +139,13 @@ fn command_timeout(t: u64) -> TimeBudget {
     TimeBudget::from_ms(t.saturating_sub(margin).clamp(1, TimeBudget::MAX_MS)).unwrap_or(TimeBudget::UNBOUNDED)
 }
 
-async fn start(m: Arc<Manager>, sb: Arc<Sb>, h: &HeaderMap, req: StartRequest) -> Response {
+async fn start(
+    m: Arc<Manager>,
+    sb: Arc<Sb>,
+    h: &HeaderMap,
+    req: StartRequest,
+    reset: Option<ResetOnClose>,
+) -> Response {
     if req.pty.is_some() {
         return connect::stream_error(unsupported("PTY"));
     }
@@ -166,27 +177,27 @@ async fn start(m: Arc<Manager>, sb: Arc<Sb>, h: &HeaderMap, req: StartRequest) -
         // already, which is fine.
         let _ = ops::send_stdin(&m, &sb, started.id, &[], true).await;
     }
-    events(m, sb, started.id, started.pid).await
+    events(m, sb, started.id, started.pid, reset).await
 }
 
 /// `Connect`: follows a running process (its kept output first).
-async fn follow(m: Arc<Manager>, sb: Arc<Sb>, sel: Selector) -> Response {
+async fn follow(m: Arc<Manager>, sb: Arc<Sb>, sel: Selector, reset: Option<ResetOnClose>) -> Response {
     match command_of(&m, &sb, &sel).await {
-        Ok((id, pid)) => events(m, sb, id, pid).await,
+        Ok((id, pid)) => events(m, sb, id, pid, reset).await,
         Err(e) => connect::stream_error(e),
     }
 }
 
 /// The event stream of command `id`: start, output, end.
-async fn events(m: Arc<Manager>, sb: Arc<Sb>, id: u64, pid: i32) -> Response {
+async fn events(m: Arc<Manager>, sb: Arc<Sb>, id: u64, pid: i32, reset: Option<ResetOnClose>) -> Response {
     let out = match ops::attach(m, sb, id).await {
         Ok(o) => o,
         Err(e) => return connect::stream_error(e.into()),
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(32);
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(32);
     tokio::spawn(async move {
         let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-        if tx.send(connect::envelope(&json!({ "event": { "start": { "pid": pid } } }))).await.is_err() {
+        if tx.send(Ok(connect::envelope(&json!({ "event": { "start": { "pid": pid } } })))).await.is_err() {
             return;
         }
         let mut out = std::pin::pin!(out);
@@ -199,18 +210,29 @@ async fn events(m: Arc<Manager>, sb: Arc<Sb>, id: u64, pid: i32) -> Response {
                     "the command ran past its timeout and was killed",
                 ))),
                 Ok(Output::Exited(e)) => {
-                    let _ = tx.send(connect::envelope(&json!({ "event": { "end": end_event(&e) } }))).await;
+                    let _ = tx.send(Ok(connect::envelope(&json!({ "event": { "end": end_event(&e) } })))).await;
                     connect::end_stream(None)
+                }
+                // The sandbox ended under the command (killed, timed out, OOM): the
+                // connection is reset, as E2B's proxy resets the stream, with no end
+                // envelope. The SDKs then ask `/health`, get 502 for the gone sandbox, and
+                // report that it ended (an orderly close would read as a protocol error).
+                Err(e @ (Error::Gone { .. } | Error::SandboxNotFound(_))) => {
+                    if let Some(r) = &reset {
+                        r.arm();
+                    }
+                    let _ = tx.send(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, e.to_string()))).await;
+                    return;
                 }
                 Err(e) => connect::end_stream(Some(&e.into())),
             };
-            if tx.send(msg).await.is_err() {
+            if tx.send(Ok(msg)).await.is_err() {
                 // The client went away; the process goes on (as under envd).
                 return;
             }
         }
     });
-    let body = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::io::Error>);
+    let body = tokio_stream::wrappers::ReceiverStream::new(rx);
     connect::stream_response(Body::from_stream(body))
 }
 
