@@ -26,6 +26,15 @@ Own groups, after the rounds:
   peer.host_plot_*           the same cell on the host: first and second run in a python
                              preloaded as the kernel is, and a cold python3
   net.create_*               create with network deny-all vs an allow-list (pool 0)
+  vol.create_*               create without a volume vs with one (pool 0; each create mounts
+                             the volume's image on the host afresh: no other sandbox holds it),
+                             and with a disk-backed 2 GiB disk (its ext4 image made at create)
+  snap.*                     snapshot of a sandbox that wrote 100 MiB (10 files of 10 MiB;
+                             POST .../snapshots, the snapshot deleted unmeasured so each copy
+                             is fresh), and fork into 10 children per child (the fork's own
+                             snapshot included; children destroyed unmeasured), beside
+                             peer.cp_a_100mib: `cp -a` of the same-sized tree from the host's
+                             /dev/shm to the bench's work dir (warm pool 0)
   api.*_after_idle           exec true, GET .../{id} and a host fork/exec of true (the peer),
                              each after IDLE_GAP_S of quiet: what a call costs when the
                              machine was idle before it, as an agent's calls, seconds apart, find it
@@ -561,6 +570,93 @@ def net_step(api, name, network):
         api.destroy(sid)
         return {f"net.create_{name}": (t1 - t0) / 1e6, f"net.destroy_{name}": ms_since(t1)}
     return step
+
+
+class VolumeCreate:
+    """Creates with no volume and with one 64 MiB volume at /data (made in setup, deleted in
+    teardown); the sandbox is destroyed after each create, so each mounts the image afresh."""
+
+    NAME = "bench-vol"
+
+    def __init__(self, api):
+        self.api = api
+
+    def setup(self):
+        got, data = self.api.request("POST", "/v1/volumes", {"name": self.NAME, "size_mb": 64})
+        if got not in (201, 409):
+            raise BenchError(f"POST /v1/volumes: HTTP {got}: {data[:300]!r}")
+
+    def step_for(self, name, body):
+        def step(_i):
+            t0 = time.perf_counter_ns()
+            sid = self.api.create(body)
+            t1 = time.perf_counter_ns()
+            self.api.destroy(sid)
+            return {f"vol.create_{name}": (t1 - t0) / 1e6}
+        return step
+
+    def teardown(self):
+        # The last sandbox's release (and the unmount) finish just after its destroy answers.
+        deadline = time.monotonic() + 10
+        while True:
+            got, _ = self.api.request("DELETE", f"/v1/volumes/{self.NAME}")
+            if got in (204, 404) or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+
+
+class SnapshotBench:
+    """One sandbox that wrote 100 MiB (10 x 10 MiB of random bytes) under /data: snapshots of
+    it, and forks of it into FORK_N children; beside `cp -a` of a tree of the same sizes from
+    the host's /dev/shm (a tmpfs, as the sandbox's writable layer is) to the work dir."""
+
+    FORK_N = 10
+    FILES = 10
+    MIB_EACH = 10
+
+    def __init__(self, api, work):
+        self.api, self.work = api, work
+        self.sid = None
+        self.src = f"/dev/shm/glovebox-bench-snap-{os.getpid()}"
+
+    def setup(self):
+        self.sid = self.api.create({"timeout_s": 3600, "resources": {"memory_mb": 2048, "disk_mb": 1024}})
+        self.api.exec_out(self.sid, ["sh", "-c", f"mkdir -p /data && for i in $(seq 1 {self.FILES}); do "
+                                     f"head -c {self.MIB_EACH << 20} /dev/urandom > /data/f$i; done"])
+        os.makedirs(self.src, exist_ok=True)
+        for i in range(self.FILES):
+            with open(os.path.join(self.src, f"f{i}"), "wb") as f:
+                f.write(os.urandom(self.MIB_EACH << 20))
+
+    def snapshot_step(self, i):
+        name = f"bench-snap-{i}"
+        t0 = time.perf_counter_ns()
+        self.api.expect_json("POST", f"/v1/sandboxes/{self.sid}/snapshots", {"name": name}, 201)
+        ms = ms_since(t0)
+        self.api.expect("DELETE", f"/v1/snapshots/{name}", None, 204)
+        return {"snap.snapshot_100mib": ms}
+
+    def fork_step(self, _i):
+        t0 = time.perf_counter_ns()
+        r = self.api.expect_json("POST", f"/v1/sandboxes/{self.sid}/fork", {"count": self.FORK_N}, 201)
+        ms = ms_since(t0)
+        for c in r["sandboxes"]:
+            self.api.destroy(c["id"])
+        return {"snap.fork_10": ms, "snap.fork_per_child": ms / self.FORK_N}
+
+    def cp_step(self, i):
+        dst = os.path.join(self.work, f"cp-a-{i}")
+        t0 = time.perf_counter_ns()
+        subprocess.run(["cp", "-a", self.src, dst], check=True)
+        ms = ms_since(t0)
+        shutil.rmtree(dst)
+        return {"peer.cp_a_100mib": ms}
+
+    def teardown(self):
+        shutil.rmtree(self.src, ignore_errors=True)
+        if self.sid:
+            self.api.destroy(self.sid)
+            self.sid = None
 
 
 def run_once(argv, env=None, cwd=None):
@@ -1209,6 +1305,13 @@ ORDER = [
     ("net.create_allow_list", "create, network allow-list 198.51.100.0/24 (warm pool 0)"),
     ("net.destroy_deny_all", "destroy, network deny-all"),
     ("net.destroy_allow_list", "destroy, network allow-list"),
+    ("vol.create_none", "create, no volume (warm pool 0)"),
+    ("vol.create_one", "create, one volume at /data, mounted on the host afresh (warm pool 0)"),
+    ("vol.create_disk_2gib", "create, a disk-backed 2 GiB disk (ext4 image made at create; warm pool 0)"),
+    ("snap.snapshot_100mib", "snapshot of a sandbox's 100 MiB of files (freeze, copy, hash, thaw)"),
+    ("snap.fork_10", "fork into 10 children (its snapshot + 10 creates on it)"),
+    ("snap.fork_per_child", "  per child (fork_10 / 10)"),
+    ("peer.cp_a_100mib", "cp -a of 100 MiB (10 files) from /dev/shm to the work dir (no sandbox)"),
 ]
 RATIO_OF = {"api.create_exec_destroy": "warm pool 0", "pool.create_exec_destroy": "warm pool 2"}
 
@@ -1565,6 +1668,22 @@ def main():
         add("net.create_deny_all", net_n, 3, net_step(api, "deny_all", {"mode": "deny-all"}), group="net")
         add("net.create_allow_list", net_n, 3,
             net_step(api, "allow_list", {"mode": "allow-list", "allow": ["198.51.100.0/24"]}), group="net")
+        # Volume cost: the same create with and without a volume, interleaved, in a group of
+        # their own (the volume is made before and deleted after).
+        vc = VolumeCreate(api)
+        add("vol.create_none", net_n, 3, vc.step_for("none", {}), group="vol")
+        add("vol.create_one", net_n, 3, vc.step_for("one", {"volumes": [{"name": vc.NAME, "path": "/data"}]}),
+            vc.setup, vc.teardown, group="vol")
+        # A disk-backed writable layer (disk_mb beyond the memory budget: an ext4 image made
+        # at create) beside the same memory with the in-memory disk (the none row: defaults).
+        add("vol.create_disk_2gib", net_n, 3, vc.step_for("disk_2gib", {"resources": {"disk_mb": 2048}}), group="vol")
+        # Snapshot and fork of 100 MiB beside cp -a of the same sizes, in a group of their own.
+        if wanted("snap") or wanted("peer.cp_a"):
+            sb = SnapshotBench(api.clone(), work)
+            snap_n = max(3, net_n // 4)
+            add("snap.snapshot_100mib", snap_n, 1, sb.snapshot_step, sb.setup, None, group="snap", force=True)
+            add("snap.fork_10", snap_n, 1, sb.fork_step, group="snap", force=True)
+            add("peer.cp_a_100mib", snap_n, 1, sb.cp_step, None, sb.teardown, group="snap", force=True)
 
     bundle, bundle_err = None, "runc not installed (Debian package runc; its `runc spec` makes the bundle)"
     if shutil.which("runc"):

@@ -10,6 +10,10 @@
 //! - When a command's main process ends, whatever it left behind gets a short grace to
 //!   finish writing, then its cgroup is killed: a finished command leaves no process.
 //! - PID 1 reaps every child; exits of unknown (orphaned) pids are discarded.
+//! - A `pty` command runs on a pseudo-terminal the agent opens inside the sandbox (its own
+//!   devpts instance): the slave is the command's stdio and controlling terminal, the agent
+//!   keeps only the master and never holds the slave past the spawn, so the master reads
+//!   end (EIO) once the command and everything it left on the terminal are gone.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use glovebox_jail::cgroup::KillMethod;
 use glovebox_jail::child::ChildSetup;
-use glovebox_proto::agent::{Command, CommandInfo, ErrorCode, Event, ExecSpec, ExitStatus, Reply, Request, Usage};
+use glovebox_proto::agent::{
+    Command, CommandInfo, ErrorCode, Event, ExecSpec, ExitStatus, PtySize, Reply, Request, Usage,
+};
 use glovebox_proto::frame::Kind;
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
@@ -103,15 +109,25 @@ struct Cmd {
     started: Instant,
     /// Session-mode output channel (`ExecSpec::raw`): nothing is kept; readers wait for room.
     raw: Option<Raw>,
+    /// The master of a `pty` command's terminal (for its size and foreground group).
+    pty: Option<OwnedFd>,
 }
 
 /// One chunk of a command's output.
 type Chunk = (Kind, Arc<[u8]>);
 
 struct Raw {
-    tx: tokio::sync::mpsc::Sender<Chunk>,
-    rx: tokio::sync::Mutex<Option<tokio::sync::mpsc::Receiver<Chunk>>>,
+    /// Taken by the output readers when the command starts, so the channel closes once the
+    /// last of them ends.
+    tx: Mutex<Option<tokio::sync::mpsc::Sender<Chunk>>>,
+    /// Held by the attached session for as long as it lasts.
+    rx: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Chunk>>,
+    /// Bumped by a session taking a terminal over from the one attached (see `session`).
+    takeover: watch::Sender<u64>,
 }
+
+/// How long a new session of a terminal waits for the one it takes over from to let go.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
 
 /// Chunks buffered for a session with nobody attached before its command blocks on output.
 const RAW_BACKLOG: usize = 64;
@@ -155,6 +171,7 @@ impl Cmd {
             cwd: self.cwd.clone(),
             running: st.exit.is_none(),
             exit: st.exit.clone(),
+            pty: self.pty.is_some(),
         }
     }
 }
@@ -204,6 +221,9 @@ impl Exec {
 
     /// `Request::Exec`: start, then (unless background) stream until exit.
     pub async fn run(&self, mut spec: ExecSpec, mut r: Reader, mut w: Writer) -> Result<(), ConnError> {
+        if spec.pty.is_some() {
+            spec.raw = true;
+        }
         if spec.raw {
             spec.background = true;
             spec.stdin = true;
@@ -260,8 +280,9 @@ impl Exec {
             started: Instant::now(),
             raw: spec.raw.then(|| {
                 let (tx, rx) = tokio::sync::mpsc::channel(RAW_BACKLOG);
-                Raw { tx, rx: tokio::sync::Mutex::new(Some(rx)) }
+                Raw { tx: Mutex::new(Some(tx)), rx: tokio::sync::Mutex::new(rx), takeover: watch::channel(0).0 }
             }),
+            pty: None,
         })
     }
 
@@ -276,6 +297,9 @@ impl Exec {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        if spec.pty.is_some() {
+            env.insert("TERM".into(), "xterm-256color".into());
+        }
         env.extend(spec.env.clone());
         env.into_iter().collect()
     }
@@ -297,7 +321,16 @@ impl Exec {
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.0.home.clone());
         let uid = spec.uid.unwrap_or(0);
         let env = self.env_for(&spec, uid);
-        if uid == 0 && spec.gid.unwrap_or(0) == 0 {
+        if let Some(size) = spec.pty {
+            if !size.is_valid() {
+                return Err(SpawnError::Reply(
+                    ErrorCode::InvalidArgument,
+                    format!("terminal size must be 1..={} each way", PtySize::MAX),
+                ));
+            }
+        }
+        // Spares come with pipes for stdio; a terminal command takes the plain path.
+        if uid == 0 && spec.gid.unwrap_or(0) == 0 && spec.pty.is_none() {
             // A spare a command killed may not have died yet: then the next one is tried.
             for _ in 0..SPARES {
                 let Some(sp) = self.live_spare() else { break };
@@ -555,21 +588,43 @@ impl Exec {
             None => (None, None),
         };
         let uid = spec.uid.unwrap_or(0);
+        let gid = spec.gid.unwrap_or(uid);
         let setup = Arc::new(ChildSetup {
             cgroup_procs: procs,
             uid,
-            gid: spec.gid.unwrap_or(uid),
+            gid,
             seccomp: Some(self.0.seccomp.clone()),
+            ctty: spec.pty.is_some(),
         });
         let mut c = std::process::Command::new(&argv[0]);
-        c.args(&argv[1..])
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&cwd)
-            .stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        c.args(&argv[1..]).env_clear().envs(env.iter().map(|(k, v)| (k, v))).current_dir(&cwd);
+        let master = match spec.pty {
+            Some(size) => {
+                let opened = open_pty(size, uid, gid).and_then(|(master, slave)| {
+                    c.stdin(Stdio::from(slave.try_clone()?)).stdout(Stdio::from(slave.try_clone()?)).stderr(slave);
+                    Ok(master)
+                });
+                match opened {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        if let Some(d) = &cgroup_dir {
+                            let _ = std::fs::remove_dir(d);
+                        }
+                        return Err(SpawnError::Reply(ErrorCode::SpawnFailed, format!("terminal: {e}")));
+                    }
+                }
+            }
+            None => {
+                c.stdin(if spec.stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                None
+            }
+        };
         let spawned = glovebox_jail::child::spawn(&mut c, setup, None);
+        // The command holds the slave's copies of the terminal now; the agent keeps none, or
+        // the master would never see the terminal's end.
+        drop(c);
         let mut child = match spawned {
             Ok(ch) => ch,
             Err(e) => {
@@ -584,7 +639,12 @@ impl Exec {
                 };
                 let what = if std::path::Path::new(&cwd).is_dir() { argv[0].clone() } else { format!("cwd {cwd}") };
                 let cmd = self.new_cmd(id, 0, &spec, &cwd, None);
-                cmd.push(Kind::Stderr, format!("glovebox: {what}: {e}\n").as_bytes());
+                let msg = format!("glovebox: {what}: {e}\n");
+                cmd.push(Kind::Stderr, msg.as_bytes());
+                // A session reads no kept output: the message goes to it, and the channel ends.
+                if let Some(tx) = cmd.raw.as_ref().and_then(|r| lock(&r.tx).take()) {
+                    let _ = tx.try_send((Kind::Stderr, Arc::from(msg.as_bytes())));
+                }
                 {
                     let mut st = lock(&cmd.st);
                     end_output(&mut st);
@@ -599,6 +659,10 @@ impl Exec {
         let (tx, rx) = oneshot::channel();
         // On this (the runtime's) thread, before any await: the reaper cannot have run yet.
         self.register(pid, tx);
+        if let Some(master) = master {
+            drop(child);
+            return self.track_pty(id, pid, master, &spec, &cwd, cgroup_dir, rx);
+        }
         let cmd = self.new_cmd(id, pid, &spec, &cwd, cgroup_dir);
         lock(&self.0.cmds).insert(id, cmd.clone());
         let fds = (child.stdout.take(), child.stderr.take(), child.stdin.take());
@@ -607,6 +671,66 @@ impl Exec {
             return Err(SpawnError::Reply(ErrorCode::SpawnFailed, "no output pipes".into()));
         };
         self.track(&cmd, OwnedFd::from(o), OwnedFd::from(e), fds.2.map(OwnedFd::from), rx, &spec);
+        Ok(cmd)
+    }
+
+    /// Wires a started terminal command: one reader on the master (all output is stdout),
+    /// stdin written to the master, and its supervisor.
+    #[allow(clippy::too_many_arguments)]
+    fn track_pty(
+        &self,
+        id: u64,
+        pid: i32,
+        master: OwnedFd,
+        spec: &ExecSpec,
+        cwd: &str,
+        cgroup_dir: Option<PathBuf>,
+        exited: oneshot::Receiver<rustix::process::WaitStatus>,
+    ) -> Result<Arc<Cmd>, SpawnError> {
+        let copies = (|| Ok::<_, std::io::Error>((master.try_clone()?, master.try_clone()?)))();
+        let (out, input) = match copies {
+            Ok(c) => c,
+            Err(e) => {
+                // The command runs already: end it rather than leave it without a terminal end.
+                if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+                }
+                return Err(SpawnError::Reply(ErrorCode::SpawnFailed, format!("terminal: {e}")));
+            }
+        };
+        let mut cmd = self.new_cmd(id, pid, spec, cwd, cgroup_dir);
+        if let Some(c) = Arc::get_mut(&mut cmd) {
+            c.pty = Some(master);
+        }
+        lock(&self.0.cmds).insert(id, cmd.clone());
+        let tx = cmd.raw.as_ref().and_then(|r| lock(&r.tx).take());
+        let reader = tokio::spawn(async move {
+            // A pseudo-terminal master is a pollable stream like a pipe's end (the tokio
+            // type only checks for a FIFO in its checked constructor).
+            let Ok(mut rx) = pipe::Receiver::from_owned_fd_unchecked(nonblocking(out)) else { return };
+            let Some(tx) = tx else { return };
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match rx.read(&mut buf).await {
+                    // EIO: every holder of the slave is gone.
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if tx.send((Kind::Stdout, Arc::from(&buf[..n]))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        if let Ok(w) = pipe::Sender::from_owned_fd_unchecked(nonblocking(input)) {
+            if let Ok(mut g) = cmd.stdin.try_lock() {
+                *g = Some(w);
+            }
+        }
+        let timeout = spec.timeout_ms.filter(|t| *t > 0).map(Duration::from_millis);
+        let this = self.clone();
+        let c = cmd.clone();
+        tokio::spawn(async move { this.supervise(c, exited, vec![reader], timeout).await });
         Ok(cmd)
     }
 
@@ -621,17 +745,19 @@ impl Exec {
         spec: &ExecSpec,
     ) {
         let mut readers = Vec::new();
+        let raw_tx = cmd.raw.as_ref().and_then(|r| lock(&r.tx).take());
         for (kind, fd) in [(Kind::Stdout, stdout), (Kind::Stderr, stderr)] {
             let c = cmd.clone();
+            let raw_tx = raw_tx.clone();
             readers.push(tokio::spawn(async move {
                 let Ok(mut rx) = pipe_rx(fd) else { return };
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
                     match rx.read(&mut buf).await {
                         Ok(0) | Err(_) => return,
-                        Ok(n) => match &c.raw {
-                            Some(raw) => {
-                                if raw.tx.send((kind, Arc::from(&buf[..n]))).await.is_err() {
+                        Ok(n) => match &raw_tx {
+                            Some(tx) => {
+                                if tx.send((kind, Arc::from(&buf[..n]))).await.is_err() {
                                     return;
                                 }
                             }
@@ -764,9 +890,27 @@ impl Exec {
         let Some(raw) = &c.raw else {
             return w.error(ErrorCode::InvalidArgument, format!("command {id} is not a session")).await;
         };
-        let Some(mut rx) = raw.rx.lock().await.take() else {
-            return w.error(ErrorCode::AlreadyExists, format!("command {id} already has a session attached")).await;
+        // A terminal is taken over by the newest attachment (a client reconnecting after its
+        // connection broke must not wait for the old one to time out); a kernel's session is
+        // exclusive.
+        let mut rx = match raw.rx.try_lock() {
+            Ok(g) => g,
+            Err(_) if c.pty.is_some() => {
+                raw.takeover.send_modify(|n| *n += 1);
+                match tokio::time::timeout(TAKEOVER_WAIT, raw.rx.lock()).await {
+                    Ok(g) => g,
+                    Err(_) => {
+                        return w
+                            .error(ErrorCode::AlreadyExists, format!("command {id} is held by another session"))
+                            .await
+                    }
+                }
+            }
+            Err(_) => {
+                return w.error(ErrorCode::AlreadyExists, format!("command {id} already has a session attached")).await
+            }
         };
+        let mut taken_over = raw.takeover.subscribe();
         // Stdin pump: frames from the daemon go to the command until the connection ends.
         let c2 = c.clone();
         let (gone_tx, mut gone) = oneshot::channel::<()>();
@@ -792,10 +936,14 @@ impl Exec {
             let _ = gone_tx.send(());
         });
         let mut version = c.version.subscribe();
+        // The readers are done (all output is in): what is left to send is the exit.
+        let mut output_done = false;
         let result = loop {
             let exit = lock(&c.st).exit.clone();
             if let Some(exit) = exit {
-                while let Ok((k, b)) = rx.try_recv() {
+                // What the readers still had: they end (closing the channel) once the
+                // command's output ends, which its cgroup's kill has made sure of.
+                while let Ok(Some((k, b))) = tokio::time::timeout(EXIT_GRACE, rx.recv()).await {
                     if let Err(e) = w.data(k, &b).await {
                         pump.abort();
                         return Err(e);
@@ -804,15 +952,21 @@ impl Exec {
                 break w.json(&Event::Exited(exit)).await;
             }
             tokio::select! {
-                m = rx.recv() => match m {
-                    Some((k, b)) => {
-                        if let Err(e) = w.data(k, &b).await {
-                            break Err(e);
+                m = rx.recv(), if !output_done => match m {
+                    // A write to a reader that stopped reading must not keep a new session
+                    // out: the takeover cuts it (this connection is dropped with it).
+                    Some((k, b)) => tokio::select! {
+                        r = w.data(k, &b) => {
+                            if let Err(e) = r {
+                                break Err(e);
+                            }
                         }
-                    }
-                    None => break Ok(()),
+                        _ = taken_over.changed() => break Ok(()),
+                    },
+                    None => output_done = true,
                 },
                 _ = &mut gone => break Ok(()),
+                _ = taken_over.changed() => break Ok(()),
                 ch = version.changed() => {
                     if ch.is_err() {
                         break Ok(());
@@ -821,8 +975,30 @@ impl Exec {
             }
         };
         pump.abort();
-        *raw.rx.lock().await = Some(rx);
+        drop(rx);
         result
+    }
+
+    /// `Request::Resize`: the new size of a terminal command's window.
+    pub async fn resize(&self, id: u64, size: PtySize, w: &mut Writer) -> Result<(), ConnError> {
+        let Some(c) = self.get(id) else {
+            return w.error(ErrorCode::NotFound, format!("no command {id}")).await;
+        };
+        let Some(master) = &c.pty else {
+            return w.error(ErrorCode::InvalidArgument, format!("command {id} has no terminal")).await;
+        };
+        if !size.is_valid() {
+            return w
+                .error(ErrorCode::InvalidArgument, format!("terminal size must be 1..={} each way", PtySize::MAX))
+                .await;
+        }
+        if lock(&c.st).exit.is_some() {
+            return w.json(&Reply::Ok).await;
+        }
+        match set_size(master, size) {
+            Ok(()) => w.json(&Reply::Ok).await,
+            Err(e) => w.error(ErrorCode::Io, format!("resize: {e}")).await,
+        }
     }
 
     pub async fn signal(&self, id: u64, signal: i32, w: &mut Writer) -> Result<(), ConnError> {
@@ -839,7 +1015,10 @@ impl Exec {
         let Some(sig) = rustix::process::Signal::from_named_raw(signal) else {
             return w.error(ErrorCode::InvalidArgument, format!("bad signal {signal}")).await;
         };
-        if let Some(p) = rustix::process::Pid::from_raw(c.pid) {
+        // On a terminal the signal goes where the terminal's own ^C would: its foreground
+        // process group (a job a shell started), else the command's group.
+        let group = c.pty.as_ref().and_then(|m| rustix::termios::tcgetpgrp(m).ok()).map(|p| p.as_raw_nonzero().get());
+        if let Some(p) = rustix::process::Pid::from_raw(group.unwrap_or(c.pid)) {
             let _ = rustix::process::kill_process_group(p, sig);
         }
         w.json(&Reply::Ok).await
@@ -927,6 +1106,43 @@ fn stat_doomed(stat: &[u8]) -> bool {
     let num = |i: usize| fields.get(i).and_then(|f| std::str::from_utf8(f).ok()?.trim().parse::<u64>().ok());
     let (Some(state), Some(flags), Some(pending)) = (fields.first(), num(6), num(28)) else { return true };
     matches!(state, [b'Z' | b'X' | b'x']) || flags & PF_EXITING != 0 || pending & SIGKILL_BIT != 0
+}
+
+/// A new pseudo-terminal of `size` in the sandbox's devpts: (master, slave), both
+/// close-on-exec and neither a controlling terminal of the agent; the slave is handed to
+/// `uid`/`gid` (as `grantpt` would) so a command run as another user owns its terminal.
+fn open_pty(size: PtySize, uid: u32, gid: u32) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use rustix::pty::OpenptFlags;
+    // The multiplexer of the sandbox's own devpts, not `/dev/ptmx`: `/dev` is writable by
+    // the sandbox's root, so that name could be made to lead anywhere; `/dev/pts` is a mount
+    // point nothing in the sandbox can move, and devpts holds no link. Checked anyway.
+    let master = rustix::fs::open(
+        "/dev/pts/ptmx",
+        OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&master)?;
+    let dev = st.st_rdev;
+    if FileType::from_raw_mode(st.st_mode) != FileType::CharacterDevice
+        || (rustix::fs::major(dev), rustix::fs::minor(dev)) != (5, 2)
+    {
+        return Err(std::io::Error::other("/dev/pts/ptmx is not the terminal multiplexer"));
+    }
+    rustix::pty::unlockpt(&master)?;
+    let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+    // Opened through the master, not by its /dev/pts path: no name lookup to race.
+    let slave = rustix::pty::ioctl_tiocgptpeer(&master, flags)?;
+    if uid != 0 || gid != 0 {
+        rustix::fs::fchown(&slave, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))?;
+    }
+    set_size(&master, size)?;
+    Ok((master, slave))
+}
+
+fn set_size(master: &OwnedFd, size: PtySize) -> std::io::Result<()> {
+    let ws = rustix::termios::Winsize { ws_row: size.rows, ws_col: size.cols, ws_xpixel: 0, ws_ypixel: 0 };
+    Ok(rustix::termios::tcsetwinsize(master, ws)?)
 }
 
 fn raw(fd: &OwnedFd) -> i32 {

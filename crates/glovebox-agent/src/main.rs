@@ -3,7 +3,8 @@
 //! Started by the daemon as `glovebox-agent jail` (config on stdin); the jailer half
 //! (`glovebox_jail::jailer`) builds the sandbox and returns here only inside it. From then on
 //! this process reaps every orphan, runs commands, and serves file requests, one request per
-//! connection on the listening socket the jailer bound on the host side.
+//! connection on the listening socket the jailer bound on the host side. Before it forks
+//! anything it confines itself ([`confine`]): everything it starts inherits that.
 
 mod capped;
 mod conn;
@@ -52,6 +53,12 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
             return 1;
         }
     };
+    // Before anything is forked (and while single-threaded, as both apply to the calling
+    // thread): the zygote, the spares and every command inherit it.
+    if let Err(e) = confine(booted.agent_seccomp) {
+        eprintln!("agent: {e}");
+        return 1;
+    }
     // Still single-threaded: the one moment the zygote can be forked without an exec.
     let setup = glovebox_jail::child::ChildSetup::root(seccomp.clone());
     let zygote = match zygote::Zygote::fork_at_boot(&setup) {
@@ -115,6 +122,23 @@ fn serve(booted: glovebox_jail::jailer::Booted) -> i32 {
     })
 }
 
+/// The agent confines itself: Landlock where the kernel has it (best effort, logged when it
+/// cannot), then its own seccomp filter (fails closed: a sandbox whose agent runs unfiltered
+/// does not start). Landlock first, so the filter need not allow the Landlock calls. What
+/// each refuses, and why no more: `glovebox_jail::landlock`, `seccomp/agent.json`.
+fn confine(prog: Option<seccompiler::BpfProgram>) -> Result<(), String> {
+    match glovebox_jail::landlock::restrict_self() {
+        Ok(glovebox_jail::landlock::Outcome::Enforced(_)) => {}
+        Ok(glovebox_jail::landlock::Outcome::Unsupported(why)) => eprintln!("agent: {why}; running without it"),
+        Err(e) => eprintln!("agent: landlock: {e}; running without it"),
+    }
+    let prog = match prog {
+        Some(p) => p,
+        None => glovebox_jail::seccomp::compile_agent().map_err(|e| format!("agent seccomp: {e}"))?,
+    };
+    glovebox_jail::seccomp::install(&prog).map_err(|e| format!("agent seccomp: {e}"))
+}
+
 async fn handle(
     stream: tokio::net::UnixStream,
     exec: &exec::Exec,
@@ -134,6 +158,9 @@ async fn handle(
         Request::Exec(spec) => exec.run(spec, r, w).await,
         Request::Attach { id } => exec.attach(id, &mut w).await,
         Request::Session { id } => exec.session(id, r, &mut w).await,
+        Request::Resize { id, cols, rows } => {
+            exec.resize(id, glovebox_proto::agent::PtySize { cols, rows }, &mut w).await
+        }
         Request::Signal { id, signal } => exec.signal(id, signal, &mut w).await,
         Request::Stdin { id } => exec.stdin(id, &mut r, &mut w).await,
         Request::CloseStdin { id } => exec.close_stdin(id, &mut w).await,

@@ -499,11 +499,14 @@ fn build_request(req: &BuildTemplate, network: bool) -> CreateSandbox {
         metadata: BTreeMap::new(),
         idle_timeout_s: None,
         on_idle: None,
+        volumes: Vec::new(),
+        auto_resume: None,
         network: NetworkPolicy {
             mode: if network { NetworkMode::AllowAll } else { NetworkMode::DenyAll },
             allow: Vec::new(),
             deny: Vec::new(),
         },
+        snapshot: None,
     }
 }
 

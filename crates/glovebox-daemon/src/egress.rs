@@ -25,6 +25,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::secrets::SecretStore;
 
 const AUDIT_MAX: usize = 10_000;
+/// Packets the firewall logs are listed up to this many a second per sandbox (in bursts of
+/// up to `PACKET_BURST`); the rest are counted (`EgressLog::unlisted`).
+const PACKETS_PER_S: f64 = 50.0;
+const PACKET_BURST: f64 = 200.0;
 const PEEK_MAX: usize = 16 * 1024;
 const PEEK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -47,6 +51,10 @@ pub struct Egress {
     owner: String,
     /// The sandbox's CA, made when a policy first brokers.
     ca: Mutex<Option<Arc<crate::broker::Ca>>>,
+    /// Listing budget for logged packets: tokens and when they were last topped up.
+    packet_budget: Mutex<(f64, std::time::Instant)>,
+    /// Logged packets over the budget: counted, not listed.
+    pub unlisted: std::sync::atomic::AtomicU64,
 }
 
 type Conn = (String, u16, Option<glovebox_proto::policy::DomainRule>, tokio::task::AbortHandle);
@@ -67,7 +75,35 @@ impl Egress {
             secrets,
             owner: owner.to_string(),
             ca: Mutex::new(None),
+            packet_budget: Mutex::new((PACKET_BURST, std::time::Instant::now())),
+            unlisted: Default::default(),
         })
+    }
+
+    /// A packet the sandbox's firewall logged (a denial, or the first packet of a connection
+    /// an address rule allowed): listed with the rule that decided it, within the budget.
+    pub fn packet(&self, p: &crate::net::Logged) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let listed = {
+            let mut b = lock(&self.packet_budget);
+            let now = std::time::Instant::now();
+            b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * PACKETS_PER_S).min(PACKET_BURST);
+            b.1 = now;
+            let ok = b.0 >= 1.0;
+            if ok {
+                b.0 -= 1.0;
+            }
+            ok
+        };
+        if !listed {
+            self.unlisted.fetch_add(1, Relaxed);
+            if !p.allowed {
+                DENIED.fetch_add(1, Relaxed);
+            }
+            return;
+        }
+        let why = crate::net::ruleset(&self.policy()).explain(p.dst, p.proto, p.port);
+        self.record(entry(&p.proto_name(), "", Some(p.dst), p.port, p.allowed, &format!("packet filter: {why}")));
     }
 
     /// The sandbox's CA, made on first call (`label` names it). Returns it and whether it is new.

@@ -22,6 +22,12 @@ pub enum Error {
     Gone { id: String, reason: EndReason },
     #[error("{0}")]
     Conflict(String),
+    /// A request reached a paused sandbox that does not resume on requests.
+    #[error("sandbox {0} is paused (created with auto_resume false): resume it first")]
+    Paused(String),
+    /// A volume a live sandbox has mounted was to be deleted.
+    #[error("{0}")]
+    VolumeInUse(String),
     #[error("{0}")]
     Unavailable(String),
     /// A tenant quota would be exceeded (the message names the limit).
@@ -38,6 +44,9 @@ pub enum Error {
     /// Hibernation asked for on a host that cannot checkpoint processes (the reason why).
     #[error("hibernate is not available on this host: {0}")]
     HibernateUnavailable(String),
+    /// A sandbox's files could not be captured (why: too large, too deep, ended meanwhile).
+    #[error("snapshot failed: {0}")]
+    SnapshotFailed(String),
     #[error("internal: {0}")]
     Internal(String),
 }
@@ -58,9 +67,13 @@ impl Error {
             Error::NotFound { what: "context", .. } => ErrorCode::ContextNotFound,
             Error::NotFound { what: "command", .. } => ErrorCode::CommandNotFound,
             Error::NotFound { what: "secret", .. } => ErrorCode::SecretNotFound,
+            Error::NotFound { what: "volume", .. } => ErrorCode::VolumeNotFound,
+            Error::NotFound { what: "snapshot", .. } => ErrorCode::SnapshotNotFound,
             Error::NotFound { .. } => ErrorCode::NotFound,
             Error::Gone { .. } => ErrorCode::SandboxGone,
             Error::Conflict(_) => ErrorCode::Conflict,
+            Error::Paused(_) => ErrorCode::SandboxPaused,
+            Error::VolumeInUse(_) => ErrorCode::VolumeInUse,
             Error::Unavailable(_) => ErrorCode::Unavailable,
             Error::Quota(_) => ErrorCode::QuotaExceeded,
             Error::Start(_) => ErrorCode::StartFailed,
@@ -78,6 +91,7 @@ impl Error {
             },
             Error::Agent(_) => ErrorCode::AgentError,
             Error::HibernateUnavailable(_) => ErrorCode::HibernateUnavailable,
+            Error::SnapshotFailed(_) => ErrorCode::SnapshotFailed,
             Error::Internal(_) => ErrorCode::Internal,
         }
     }

@@ -112,6 +112,10 @@ struct KState {
     /// Bytes of a partial line.
     buf: Vec<u8>,
     next: u64,
+    /// The id of a cell sent whose `end` has not been read: its caller went away mid-cell
+    /// (a dropped connection). Whoever takes the lock next settles it first, so a new cell
+    /// never queues behind an abandoned one, whichever of the two arrives first.
+    pending: Option<String>,
 }
 
 /// The contexts of a sandbox, in the order they were made.
@@ -246,6 +250,7 @@ impl Kernel {
 
     async fn kill_locked(&self, t: &Target<'_>, st: &mut KState) {
         st.session = None;
+        st.pending = None;
         st.buf.clear();
         if let Some(id) = st.cmd.take() {
             let agent = t.agent();
@@ -261,17 +266,24 @@ impl Kernel {
         self.start_locked(t, &mut st).await
     }
 
-    /// Stops the last cell sent, whose caller has gone: SIGINT (an idle kernel ignores it),
-    /// then its remaining events are read up to its `end`; a cell that does not end within
-    /// the grace period gets its kernel killed (the context starts over with the next cell).
+    /// Stops the cell whose caller has gone, if it still runs: see [`Kernel::settle_locked`].
     pub async fn interrupt(&self, t: &Target<'_>) {
         let mut st = self.st.lock().await;
+        self.settle_locked(t, &mut st).await;
+    }
+
+    /// Ends an abandoned cell (one sent whose `end` was never read): SIGINT (the kernel
+    /// turns it into KeyboardInterrupt), then its remaining events are read up to its `end`;
+    /// a cell that does not end within the grace period gets its kernel killed (the context
+    /// starts over with the next cell). Nothing to do when no cell is pending, so an idle
+    /// kernel is never sent a stray SIGINT.
+    async fn settle_locked(&self, t: &Target<'_>, st: &mut KState) {
+        let Some(req_id) = st.pending.take() else { return };
         let Some(cmd) = st.cmd else { return };
         let _ = t.agent().signal(cmd, libc::SIGINT).await;
-        let req_id = format!("c{}", st.next);
         let ended = tokio::time::timeout(INTERRUPT_GRACE, async {
             loop {
-                match next_line(&mut st).await {
+                match next_line(st).await {
                     Ok(Some(ev)) => {
                         let is = |k: &str, v: &str| ev.get(k).and_then(|x| x.as_str()) == Some(v);
                         if is("type", "end") && is("id", &req_id) {
@@ -284,7 +296,7 @@ impl Kernel {
         })
         .await;
         if ended != Ok(true) {
-            self.kill_locked(t, &mut st).await;
+            self.kill_locked(t, st).await;
         }
     }
 
@@ -315,6 +327,8 @@ impl Kernel {
         let t = host.target();
         let t = &t;
         let mut st = self.st.lock().await;
+        // A cell abandoned by its caller ends before this one is sent.
+        self.settle_locked(t, &mut st).await;
         self.start_locked(t, &mut st).await.map_err(|e| match e {
             Error::Agent(msg) => host.broken(msg),
             e => e,
@@ -336,6 +350,8 @@ impl Kernel {
         }
         let mut line = serde_json::to_vec(&req).map_err(|e| Error::Internal(e.to_string()))?;
         line.push(b'\n');
+        // Pending from here: a caller that goes away leaves this cell to be settled.
+        st.pending = Some(req_id.clone());
         if let Some(session) = st.session.as_mut() {
             if let Err(e) = session.write(&line).await {
                 // The kernel is gone (killed while idle): unless the sandbox went with it, say
@@ -439,6 +455,7 @@ impl Kernel {
                             on(CodeStreamLine::Error(e));
                         }
                         Some("end") => {
+                            st.pending = None;
                             let n = ev.get("execution_count").and_then(|v| v.as_u64()).unwrap_or(0);
                             return Ok(CellEnd { execution_count: n, context_restarted: false });
                         }

@@ -283,3 +283,77 @@ pub async fn attach(
         Some((item, go_on.then_some((output, m, sb))))
     }))
 }
+
+/// A terminal size from a request: both sides `1..=1000`.
+pub fn pty_size(cols: u32, rows: u32) -> Result<ap::PtySize> {
+    let size = match (u16::try_from(cols), u16::try_from(rows)) {
+        (Ok(cols), Ok(rows)) => Some(ap::PtySize { cols, rows }),
+        _ => None,
+    };
+    size.filter(ap::PtySize::is_valid).ok_or_else(|| {
+        Error::Invalid(format!("cols and rows must be between 1 and {}, got {cols}x{rows}", ap::PtySize::MAX))
+    })
+}
+
+/// Starts a command on a pseudo-terminal in the background: a login shell unless the
+/// request names a command. Its output waits for a session (nothing is kept).
+pub async fn pty_start(
+    m: &Manager,
+    sb: &Sb,
+    req: glovebox_proto::api::PtyRequest,
+    timeout: glovebox_proto::api::TimeBudget,
+) -> Result<Started> {
+    let size = pty_size(req.cols, req.rows)?;
+    let cmd = match req.cmd {
+        Some(c) => c,
+        None => {
+            let bash = sb.agent().stat("/bin/bash".into()).await.is_ok_and(|i| i.mode & 0o111 != 0);
+            ap::Command::Argv(vec![if bash { "/bin/bash" } else { "/bin/sh" }.into(), "-l".into()])
+        }
+    };
+    let exec = ExecRequest {
+        cmd,
+        cwd: req.cwd,
+        env: req.env,
+        stdin: None,
+        stdin_base64: None,
+        timeout_ms: Some(timeout),
+        max_output_bytes: None,
+        output_tail_bytes: None,
+        encoding: Encoding::Utf8,
+        background: true,
+    };
+    let (mut spec, _) = sb.exec_spec(&exec)?;
+    spec.pty = Some(size);
+    sb.commands.started();
+    let run = sb.agent().exec(&spec).await.map_err(failed(m, sb, Op::Exec))?;
+    Ok(Started { id: run.id, pid: run.pid })
+}
+
+/// Resizes terminal command `id`.
+pub async fn pty_resize(m: &Manager, sb: &Sb, id: u64, cols: u32, rows: u32) -> Result<()> {
+    let size = pty_size(cols, rows)?;
+    sb.agent().resize(id, size.cols, size.rows).await.map_err(failed(m, sb, Op::Command(id)))
+}
+
+/// Checks that command `id` exists and runs on a terminal, then attaches to it (taking it
+/// over from any session attached before).
+pub async fn pty_attach(m: &Manager, sb: &Sb, id: u64) -> Result<crate::agent::Session> {
+    let cmds = sb.agent().list().await.map_err(failed(m, sb, Op::File))?;
+    match cmds.iter().find(|c| c.id == id) {
+        None => return Err(Error::NotFound { what: "command", name: id.to_string() }),
+        Some(c) if !c.pty => return Err(Error::Invalid(format!("command {id} does not run on a terminal"))),
+        Some(_) => {}
+    }
+    sb.agent().session(id).await.map_err(failed(m, sb, Op::Command(id)))
+}
+
+/// Why a terminal session ended without the program's exit: `Ok` when another attachment
+/// took the terminal over, else the error (the sandbox ended, its agent is unreachable).
+pub async fn pty_session_ended(m: &Manager, sb: &Sb, id: u64) -> Result<()> {
+    let cmds = sb.agent().list().await.map_err(failed(m, sb, Op::Output(id)))?;
+    match cmds.iter().find(|c| c.id == id) {
+        Some(_) => Ok(()),
+        None => Err(Error::NotFound { what: "command", name: id.to_string() }),
+    }
+}

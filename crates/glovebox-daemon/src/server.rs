@@ -42,10 +42,14 @@ pub fn find_agent() -> Option<PathBuf> {
 }
 
 /// The daemon's whole HTTP surface: the native API and the E2B-compatible one, each
-/// response counted.
+/// response counted; a request for a sandbox's exposed port (by preview host or by path)
+/// is passed to it before any route sees it.
 pub fn app(state: AppState) -> axum::Router {
     crate::http::router(state.clone())
         .merge(crate::e2b::router(state.clone()))
+        .merge(crate::vercel::router(state.clone()))
+        .merge(crate::daytona::router(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::pass_to_ports))
         .layer(axum::middleware::from_fn_with_state(state, count_responses))
 }
 
@@ -96,7 +100,8 @@ pub async fn serve(
         tokio::spawn(async move {
             let mut b = hyper::server::conn::http1::Builder::new();
             b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-            let conn = b.serve_connection(TokioIo::new(tcp), svc);
+            // Upgrades: a WebSocket to a sandbox's exposed port is spliced through.
+            let conn = b.serve_connection(TokioIo::new(tcp), svc).with_upgrades();
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}

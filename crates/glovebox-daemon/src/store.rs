@@ -134,6 +134,28 @@ pub struct SandboxConfig {
     /// stopped; a restart adopts it paused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_left_ms: Option<u64>,
+    /// The volumes it mounts (counted again when a restart adopts it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<glovebox_proto::api::VolumeMount>,
+    /// `false` when requests do not resume it while paused (`true` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<bool>,
+    /// Where it started from, when a snapshot or a fork (its layers, kept by GC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// A sandbox started from a snapshot (a fork's children too): the snapshot, the layers it
+/// runs on (top-most first, the snapshot's own layer first) and its lineage.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Origin {
+    pub snapshot: String,
+    pub layers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// Parent first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<String>,
 }
 
 /// Lifecycle state as stored.

@@ -21,13 +21,16 @@ pub struct ChildSetup {
     pub gid: u32,
     /// The compiled seccomp filter (shared by every command).
     pub seccomp: Option<Arc<seccompiler::BpfProgram>>,
+    /// Make the terminal on fd 0 (a pseudo-terminal's slave, set as stdin by the caller) the
+    /// controlling terminal of the child's new session.
+    pub ctty: bool,
 }
 
 impl ChildSetup {
     /// What spares and the zygote get: root of the sandbox, no cgroup of its own to join
     /// (the agent moves them), the filter.
     pub fn root(seccomp: Arc<seccompiler::BpfProgram>) -> ChildSetup {
-        ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(seccomp) }
+        ChildSetup { cgroup_procs: None, uid: 0, gid: 0, seccomp: Some(seccomp), ctty: false }
     }
 }
 
@@ -83,6 +86,13 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
     }
     // SAFETY: setsid has no memory arguments; a fresh child is never a group leader.
     if unsafe { libc::setsid() } < 0 {
+        return Err(err());
+    }
+    // A session leader without a controlling terminal acquires the one it asks for; the
+    // agent opened the slave with O_NOCTTY, so no other session holds it.
+    // SAFETY: integer-only ioctl on fd 0, which the caller set to the slave before this runs
+    // (std dups stdio before the pre-exec hook); argument 0 never steals a terminal.
+    if s.ctty && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
         return Err(err());
     }
     // User code is always the OOM killer's first choice, never the agent (raising the score

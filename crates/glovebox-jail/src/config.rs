@@ -25,6 +25,11 @@ pub struct JailConfig {
     pub host_usr: bool,
     /// Size cap of the writable upper layer (everything the sandbox writes to disk).
     pub disk_bytes: u64,
+    /// A disk-backed writable layer: an ext4 image file (made by the daemon, its size the
+    /// cap) mounted through a loop device on `mount_dir` instead of the private tmpfs, so the
+    /// sandbox's writes are charged to the host's disk rather than to its memory.
+    #[serde(default)]
+    pub disk_image: Option<PathBuf>,
     /// Template builds only: an empty host directory (root-only, on a filesystem overlayfs
     /// accepts as upper) that holds the writable upper and the overlay work dirs instead of
     /// the private tmpfs, so the daemon can read the step's writes back as a layer once the
@@ -48,6 +53,10 @@ pub struct JailConfig {
     /// `(code, jt, jf, k)`; the agent compiles its own when this is absent.
     #[serde(default)]
     pub seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    /// The agent's own seccomp filter (`seccomp::compile_agent`), in the same form; the agent
+    /// compiles its own when this is absent.
+    #[serde(default)]
+    pub agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     /// A network namespace made ahead of time (loopback up; `sys::new_netns`), as a path
     /// the jailer opens (`/proc/<daemon pid>/fd/<n>`). Without it the jailer makes one.
     /// Owned by the host's user namespace, it also leaves the sandbox no capability over
@@ -58,4 +67,17 @@ pub struct JailConfig {
     /// the agent starts (a namespace linked ahead: the resolver's address is known at boot).
     #[serde(default)]
     pub resolv_conf: Option<String>,
+    /// Volumes bound into the root, in order (see `rootfs::bind_volume`).
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
+}
+
+/// A volume as the jail binds it: a host directory (the daemon's mount of the volume's disk
+/// image, whose on-disk ids are the sandbox's own) at an absolute path inside the root.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Volume {
+    pub source: PathBuf,
+    /// Absolute, normal components only (the daemon checks; the jail refuses others too).
+    pub target: PathBuf,
+    pub read_only: bool,
 }

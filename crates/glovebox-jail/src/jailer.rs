@@ -50,12 +50,21 @@ pub struct Booted {
     pub pids: u64,
     /// The commands' seccomp filter as the daemon compiled it, if it sent one.
     pub seccomp: Option<seccompiler::BpfProgram>,
+    /// The agent's own seccomp filter as the daemon compiled it, if it sent one.
+    pub agent_seccomp: Option<seccompiler::BpfProgram>,
 }
 
 pub const STATUS_FD: RawFd = 3;
 // Above anything the jailer opens before `pid1`, so the dup2s below cannot clobber a source.
 const LISTENER_FD: RawFd = 10;
 const CGROUP_FD: RawFd = 11;
+/// PID 1 keeps its writable layer (`upper/` on the sandbox's private tmpfs) open here, a
+/// detached clone of its mount that nothing in the sandbox uses: the tmpfs is in no mount namespace any
+/// host process can enter once the jailer exits, and this is how the daemon reads it for a
+/// snapshot (`/proc/<pid 1>/fd/12`, as host root). Commands never inherit it (close-on-exec),
+/// and nothing inside can reach PID 1's fds (it is non-dumpable; commands have no
+/// capabilities). Absent for template builds (their upper is a host directory).
+pub const UPPER_FD: RawFd = 12;
 
 /// Writes one status line for the daemon (fd 3, the status pipe).
 fn report(line: &str) {
@@ -349,6 +358,19 @@ fn child_a(cfg: &JailConfig, go: OwnedFd, listener: UnixListener, cg: Option<(Ow
 
 fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMethod)>) -> Result<Booted> {
     let root: PathBuf = rootfs::root_dir(cfg);
+    // Taken before the old root (and the tmpfs's path with it) is detached. A detached clone
+    // of the layer's mount, not a plain fd of the directory: the old root's mounts stay
+    // connected after the lazy unmount below (they are locked in this namespace), so `..` from
+    // a plain fd could climb to the host's root; a clone has no parent to climb to (as the
+    // command cgroup's fd, CVE-2024-21626). Recursive: a flat root's own mounts sit under it
+    // (a non-recursive clone of a tree with locked mounts is refused).
+    let upper = match &cfg.upper_dir {
+        Some(_) => None,
+        None => {
+            let p = cfg.mount_dir.join("upper");
+            Some(sys::open_tree_clone(&p, true).ctx_at("open the writable layer", &p)?)
+        }
+    };
     rootfs::enter(&root)?;
     sys::sethostname(&cfg.hostname).ctx("sethostname")?;
     if let Some(body) = &cfg.resolv_conf {
@@ -376,14 +398,28 @@ fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMetho
         }
         None => None,
     };
+    // Opened after the listener and cgroup fds, so below 10 (the first free numbers): its
+    // original goes with the close_range below.
+    let has_upper = match upper {
+        Some(fd) => {
+            sys::dup2(fd.into_raw_fd(), UPPER_FD).ctx("dup upper")?;
+            true
+        }
+        None => false,
+    };
     let devnull = File::open("/dev/null").ctx("open /dev/null")?;
     sys::dup2(devnull.as_raw_fd(), 0).ctx("stdin")?;
     sys::dup2(devnull.as_raw_fd(), 1).ctx("stdout")?;
     drop(devnull);
     sys::close_range(STATUS_FD as u32 + 1, LISTENER_FD as u32 - 1).ctx("close inherited fds")?;
-    sys::close_range(CGROUP_FD as u32 + 1, u32::MAX).ctx("close inherited fds")?;
-    for fd in [STATUS_FD, LISTENER_FD, CGROUP_FD] {
+    sys::close_range(UPPER_FD as u32 + 1, u32::MAX).ctx("close inherited fds")?;
+    for fd in [STATUS_FD, LISTENER_FD, CGROUP_FD, UPPER_FD] {
         let _ = sys::set_cloexec(fd, true);
+    }
+    if !has_upper {
+        // SAFETY: UPPER_FD holds nothing of ours without an upper to keep (a template
+        // build); closing a closed fd is harmless (EBADF).
+        unsafe { libc::close(UPPER_FD) };
     }
     if cg.is_none() {
         // SAFETY: CGROUP_FD holds nothing of ours when there is no command cgroup; closing a
@@ -398,5 +434,6 @@ fn pid1(cfg: &JailConfig, listener: UnixListener, cg: Option<(OwnedFd, KillMetho
     // SAFETY: CGROUP_FD was dup2'ed from the cgroup dir fd above when `cg` is Some.
     let command_cgroup = cg.map(|k| (unsafe { OwnedFd::from_raw_fd(CGROUP_FD) }, k));
     let seccomp = cfg.seccomp.as_ref().map(|p| crate::seccomp::from_tuples(p));
-    Ok(Booted { listener, command_cgroup, pids: cfg.pids, seccomp })
+    let agent_seccomp = cfg.agent_seccomp.as_ref().map(|p| crate::seccomp::from_tuples(p));
+    Ok(Booted { listener, command_cgroup, pids: cfg.pids, seccomp, agent_seccomp })
 }

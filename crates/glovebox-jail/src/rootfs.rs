@@ -25,7 +25,9 @@
 //!
 //! Invariants: host paths are only ever lower layers, read-only, nosuid, nodev, id-mapped so
 //! on-disk uid 0 is the sandbox's uid 0 (its own host uid), and no host directory is writable
-//! from inside. Every write lands in the tmpfs, whose size is the disk cap.
+//! from inside. Every write lands in the tmpfs, whose size is the disk cap — except writes to
+//! volumes asked for at create ([`bind_volume`]): the daemon's mounts of their own capped
+//! filesystems (never a host directory of anything else), id-mapped, nosuid, nodev too.
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -51,14 +53,62 @@ fn chown(p: &Path, uid: u32) -> Result<()> {
 
 /// Binds `src` read-only, nosuid, nodev, with ids mapped through `userns`, onto `dst`.
 fn idmapped_bind(src: &Path, dst: &Path, userns: BorrowedFd<'_>) -> Result<()> {
+    idmapped_bind_as(src, dst, userns, true)
+}
+
+/// Binds `src` nosuid, nodev (and read-only when `read_only`), with ids mapped through
+/// `userns`, onto `dst`.
+fn idmapped_bind_as(src: &Path, dst: &Path, userns: BorrowedFd<'_>, read_only: bool) -> Result<()> {
     let tree = sys::open_tree_clone(src, true).ctx_at("open_tree", src)?;
-    sys::mount_setattr(
-        tree.as_fd(),
-        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-        Some(userns),
-    )
-    .ctx_at("id-map mount", src)?;
+    let ro = if read_only { sys::MOUNT_ATTR_RDONLY } else { 0 };
+    sys::mount_setattr(tree.as_fd(), ro | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV, Some(userns))
+        .ctx_at("id-map mount", src)?;
     sys::move_mount_to(tree.as_fd(), dst).ctx_at("move_mount", dst)
+}
+
+/// Binds a volume at its path inside `root`, id-mapped (the volume's on-disk uid 0 is the
+/// sandbox's root, whatever its host range), nosuid, nodev. The path's missing directories
+/// are made owned by the sandbox's root (`uid`). Runs before any sandbox process exists, so
+/// nothing can swap a directory of the path for a symlink meanwhile; one already there (from
+/// a layer) is refused rather than followed.
+fn bind_volume(v: &crate::config::Volume, root: &Path, uid: u32, userns: BorrowedFd<'_>) -> Result<()> {
+    use std::path::Component;
+    let bad =
+        || crate::error::JailError::Config(format!("volume path {} is not a plain absolute path", v.target.display()));
+    let mut comps = v.target.components();
+    if comps.next() != Some(Component::RootDir) {
+        return Err(bad());
+    }
+    let mut dst = root.to_path_buf();
+    let mut depth = 0;
+    for c in comps {
+        let Component::Normal(c) = c else { return Err(bad()) };
+        dst.push(c);
+        depth += 1;
+        match fs::symlink_metadata(&dst) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return Err(crate::error::JailError::Config(format!(
+                    "volume path {}: a component is not a directory",
+                    v.target.display()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::DirBuilder::new().mode(0o755).create(&dst).ctx_at("mkdir", &dst)?;
+                chown(&dst, uid)?;
+            }
+            Err(e) => return Err(e).ctx_at("stat", &dst),
+        }
+    }
+    if depth == 0 {
+        return Err(bad());
+    }
+    idmapped_bind_as(&v.source, &dst, userns, v.read_only)
+}
+
+/// Mounts the disk image `img` (ext4) on `m` through a loop device.
+fn mount_disk_image(img: &Path, m: &Path) -> Result<()> {
+    crate::loopdev::mount_image(img, m, "ext4", MS_NOSUID | MS_NODEV).map(drop).ctx_at("mount disk image", img)
 }
 
 fn overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Result<()> {
@@ -77,8 +127,19 @@ fn overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Resu
 pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
     let m = &cfg.mount_dir;
     let r = cfg.uid_base;
-    let opts = format!("size={},mode=0711,nr_inodes={}", cfg.disk_bytes, inode_cap(cfg.disk_bytes));
-    sys::mount(Some("glovebox"), m, Some("tmpfs"), MS_NOSUID | MS_NODEV, Some(&opts)).ctx_at("mount disk tmpfs", m)?;
+    match &cfg.disk_image {
+        // Its own filesystem: full is ENOSPC for this sandbox alone. The loop device is held
+        // by the mount alone (auto-clear), so it goes with this mount namespace.
+        Some(img) => {
+            mount_disk_image(img, m)?;
+            fs::set_permissions(m, fs::Permissions::from_mode(0o711)).ctx("chmod disk root")?;
+        }
+        None => {
+            let opts = format!("size={},mode=0711,nr_inodes={}", cfg.disk_bytes, inode_cap(cfg.disk_bytes));
+            sys::mount(Some("glovebox"), m, Some("tmpfs"), MS_NOSUID | MS_NODEV, Some(&opts))
+                .ctx_at("mount disk tmpfs", m)?;
+        }
+    }
 
     let mut lowers = Vec::new();
     for (i, layer) in cfg.layers.iter().enumerate() {
@@ -148,6 +209,9 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
         overlay(&usr_lowers, &upper.join("usr"), &work.join("usr"), &target)?;
     }
 
+    for v in &cfg.volumes {
+        bind_volume(v, &root, r, userns)?;
+    }
     build_dev(&root.join("dev"), cfg.shm_bytes)?;
     Ok(root)
 }

@@ -1,10 +1,18 @@
-//! The seccomp filter applied to every user command, right before `execve`.
+//! The seccomp filters: the one applied to every user command right before `execve`, and the
+//! agent's own, installed once in a sandbox's PID 1 before it forks anything.
 //!
-//! The policy is reviewed data, `seccomp/allowlist.json`, embedded with `include_str!` so the
-//! binary cannot drift from the reviewed file. Every entry says who needs it. This module parses
-//! it into a [`Policy`] (pure, testable without root), compiles that to classic BPF ([`compile`],
-//! a binary search over syscall numbers, see [`Policy::to_bpf`]), and installs the result
-//! ([`install`]).
+//! The policies are reviewed data, `seccomp/allowlist.json` (commands) and `seccomp/agent.json`
+//! (the agent: the commands' policy plus its additions), embedded with `include_str!` so the
+//! binary cannot drift from the reviewed files. Every entry says who needs it. This module
+//! parses them into a [`Policy`] (pure, testable without root), compiles that to classic BPF
+//! ([`compile`], [`compile_agent`], a binary search over syscall numbers, see
+//! [`Policy::to_bpf`]), and installs the result ([`install`]).
+//!
+//! The agent's filter is inherited by everything it starts, so each user command runs under
+//! both filters, and the kernel gives each call the most severe verdict of the two. Hence the
+//! agent's policy allows everything the commands' does ([`Policy::agent_embedded`] builds it
+//! on top of it, and a test checks the inclusion) and refuses with the same `EPERM`, not a
+//! kill, which would win over the commands' `EPERM` (see `agent.json`).
 //!
 //! Invariants:
 //! - Allow-list. A syscall runs only if it is under `allow` and, when it has argument rules, one
@@ -33,6 +41,12 @@ use serde::Deserialize;
 
 /// The reviewed policy, as compiled into the binary.
 pub const POLICY_JSON: &str = include_str!("../seccomp/allowlist.json");
+
+/// The agent's reviewed additions to [`POLICY_JSON`], as compiled into the binary.
+pub const AGENT_POLICY_JSON: &str = include_str!("../seccomp/agent.json");
+
+/// The file name the agent's policy must name as its base.
+const AGENT_BASE: &str = "allowlist.json";
 
 /// `AUDIT_ARCH_X86_64` from `<linux/audit.h>`: `EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
 const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
@@ -80,6 +94,10 @@ pub enum SeccompError {
     UnsupportedArch { arch: &'static str },
     #[error("install seccomp filter")]
     Install(#[source] seccompiler::Error),
+    #[error("agent seccomp policy builds on {found}, not {AGENT_BASE}")]
+    AgentBase { found: String },
+    #[error("agent seccomp policy refuses with another errno than the commands' policy")]
+    AgentDefault,
 }
 
 /// What the filter does with one syscall.
@@ -234,6 +252,46 @@ impl Policy {
         }
 
         Ok(Self { default_errno, errno, allow, denied })
+    }
+
+    /// The agent's policy compiled into the binary: the commands' policy plus the additions
+    /// in `agent.json`.
+    pub fn agent_embedded() -> Result<Self, SeccompError> {
+        Self::parse_agent(POLICY_JSON, AGENT_POLICY_JSON)
+    }
+
+    /// Parses the commands' policy `base` and builds the agent's on it: `agent`'s entries are
+    /// allowed too (each must say why, and must not be allowed or errno'd by the base already;
+    /// one the base documents as denied leaves `denied`). Nothing of the base is narrowed, so
+    /// the agent's policy allows every call the base allows.
+    pub fn parse_agent(base: &str, agent: &str) -> Result<Self, SeccompError> {
+        let mut policy = Self::parse(base)?;
+        let raw: RawAgentPolicy = serde_json::from_str(agent).map_err(SeccompError::Parse)?;
+        require_why("about", &raw.about)?;
+        if raw.arch != "x86_64" {
+            return Err(SeccompError::PolicyArch { found: raw.arch });
+        }
+        if raw.base.policy != AGENT_BASE {
+            return Err(SeccompError::AgentBase { found: raw.base.policy });
+        }
+        require_why("base", &raw.base.why)?;
+        require_why("default", &raw.default.why)?;
+        if errno_value("default", &raw.default.errno)? != policy.default_errno {
+            return Err(SeccompError::AgentDefault);
+        }
+        for a in raw.allow {
+            require_why(&a.name, &a.why)?;
+            if let Some(note) = &a.note {
+                require_why(&a.name, note)?;
+            }
+            if policy.allowed(&a.name).is_some() || policy.errno.iter().any(|e| e.name == a.name) {
+                return Err(SeccompError::Duplicate { name: a.name });
+            }
+            let when_any = a.when_any.iter().map(|rule| parse_rule(&a.name, rule)).collect::<Result<_, _>>()?;
+            policy.denied.retain(|d| d.name != a.name);
+            policy.allow.push(AllowEntry { nr: known_syscall(&a.name)?, name: a.name, why: a.why, when_any });
+        }
+        Ok(policy)
     }
 
     /// What the filter does with syscall `nr` (x86_64 ABI) called with `args`.
@@ -471,6 +529,16 @@ pub fn compile() -> Result<BpfProgram, SeccompError> {
     Policy::embedded()?.to_bpf()
 }
 
+/// Builds the agent's own filter from the embedded policies for the running architecture.
+///
+/// Call once (it allocates); the agent [`install`]s it in itself, before it forks anything.
+pub fn compile_agent() -> Result<BpfProgram, SeccompError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(SeccompError::UnsupportedArch { arch: std::env::consts::ARCH });
+    }
+    Policy::agent_embedded()?.to_bpf()
+}
+
 /// `prog` as `(code, jt, jf, k)` tuples, to hand a compiled filter to another process.
 pub fn to_tuples(prog: &[sock_filter]) -> Vec<(u16, u8, u8, u32)> {
     prog.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect()
@@ -588,6 +656,23 @@ struct RawPolicy {
     errno: Vec<RawErrno>,
     allow: Vec<RawAllow>,
     denied: Vec<RawDenied>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgentPolicy {
+    about: String,
+    arch: String,
+    base: RawBase,
+    default: RawDefault,
+    allow: Vec<RawAllow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBase {
+    policy: String,
+    why: String,
 }
 
 #[derive(Deserialize)]
@@ -834,6 +919,10 @@ mod tests {
         Policy::embedded().expect("embedded policy parses")
     }
 
+    fn agent_policy() -> Policy {
+        Policy::agent_embedded().expect("embedded agent policy parses")
+    }
+
     fn nr(name: &str) -> u32 {
         syscall_nr(name).unwrap_or_else(|| panic!("{name} has an x86_64 number"))
     }
@@ -903,6 +992,100 @@ mod tests {
                 assert_eq!(p.decide(n, &NO_ARGS), EPERM, "{}", d.name);
             }
         }
+    }
+
+    /// Stacked under the agent's filter, a command keeps every call it has: wherever the
+    /// commands' policy allows a call, so does the agent's, and wherever it answers with an
+    /// errno of its own (clone3's ENOSYS), the agent's does too.
+    #[test]
+    fn the_agent_policy_allows_everything_commands_may_do() {
+        let (user, agent) = (policy(), agent_policy());
+        assert_eq!(agent.default_errno, user.default_errno);
+        let mut allowed = 0;
+        for n in 0..=500u32 {
+            for args in arg_sets() {
+                match user.decide(n, &args) {
+                    Action::Allow => {
+                        allowed += 1;
+                        assert_eq!(agent.decide(n, &args), Action::Allow, "nr {n} args {args:x?}");
+                    }
+                    errno => assert!(
+                        agent.decide(n, &args) == Action::Allow || agent.decide(n, &args) == errno,
+                        "nr {n} args {args:x?}: commands get {errno:?}, the agent filter says otherwise"
+                    ),
+                }
+            }
+        }
+        assert!(allowed > 1000, "{allowed}");
+        assert_eq!(agent.decide(nr("clone3"), &NO_ARGS), Action::Errno(libc::ENOSYS));
+    }
+
+    /// What the agent, with every capability of its user namespace, must never do either.
+    #[test]
+    fn the_agent_policy_refuses_the_must_deny_set() {
+        let p = agent_policy();
+        for &name in MUST_DENY {
+            assert!(p.allowed(name).is_none(), "{name} is allowed for the agent");
+            if let Some(n) = syscall_nr(name) {
+                assert_eq!(p.decide(n, &NO_ARGS), EPERM, "{name}");
+                assert_eq!(p.decide(n, &[u64::MAX; 6]), EPERM, "{name}");
+            }
+        }
+        let clone = nr("clone");
+        let ns = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64;
+        assert_eq!(p.decide(clone, &with(&[(0, ns)])), EPERM);
+        let packet = with(&[(0, libc::AF_PACKET as u64), (1, libc::SOCK_RAW as u64)]);
+        assert_eq!(p.decide(nr("socket"), &packet), EPERM);
+        assert_eq!(p.decide(nr("landlock_create_ruleset"), &NO_ARGS), EPERM, "the agent confines itself only once");
+    }
+
+    /// Checked on the raw JSON, independently of the parser.
+    #[test]
+    fn every_agent_entry_says_who_needs_it() {
+        let doc: serde_json::Value = serde_json::from_str(AGENT_POLICY_JSON).expect("valid json");
+        let why_ok = |v: &serde_json::Value| v["why"].as_str().is_some_and(|w| !w.trim().is_empty());
+        assert!(why_ok(&doc["default"]));
+        assert!(why_ok(&doc["base"]));
+        assert_eq!(doc["base"]["policy"], AGENT_BASE);
+        for e in doc["allow"].as_array().expect("allow is a list") {
+            assert!(why_ok(e), "agent entry without a why: {e}");
+            for rule in e["when_any"].as_array().into_iter().flatten() {
+                for c in rule["all"].as_array().expect("rule has conditions") {
+                    assert!(why_ok(c), "condition without a why in {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn parse_agent_rejects_bad_policies() {
+        use serde_json::json;
+        let base: serde_json::Value = serde_json::from_str(AGENT_POLICY_JSON).expect("valid json");
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut doc = base.clone();
+            f(&mut doc);
+            Policy::parse_agent(POLICY_JSON, &doc.to_string())
+        };
+        let add = |entry: serde_json::Value| move |d: &mut serde_json::Value| d["allow"] = json!([entry.clone()]);
+        let cases: Vec<(&str, Result<Policy, SeccompError>)> = vec![
+            ("already allowed", edit(&add(json!({"name": "read", "why": "again"})))),
+            ("already errno", edit(&add(json!({"name": "clone3", "why": "x"})))),
+            ("unknown", edit(&add(json!({"name": "frobnicate", "why": "x"})))),
+            ("no why", edit(&add(json!({"name": "sysfs", "why": ""})))),
+            ("unknown field", edit(&add(json!({"name": "sysfs", "why": "x", "whu": 1})))),
+            ("other base", edit(&|d| d["base"]["policy"] = json!("other.json"))),
+            ("base without why", edit(&|d| d["base"]["why"] = json!(" "))),
+            ("other errno", edit(&|d| d["default"]["errno"] = json!("EACCES"))),
+            ("bad arch", edit(&|d| d["arch"] = json!("aarch64"))),
+        ];
+        for (what, result) in cases {
+            assert!(result.is_err(), "{what}: accepted");
+        }
+        // An addition the base documents as denied is allowed and leaves `denied`.
+        let p = edit(&add(json!({"name": "syslog", "why": "test"}))).expect("valid addition");
+        assert_eq!(p.decide(nr("syslog"), &NO_ARGS), Action::Allow);
+        assert!(p.denied.iter().all(|d| d.name != "syslog"));
+        assert_eq!(edit(&|_| {}).expect("as shipped"), agent_policy());
     }
 
     #[test]
@@ -1116,12 +1299,8 @@ mod tests {
         }
     }
 
-    /// The compiled program says what [`Policy::decide`] says, for every syscall number and
-    /// every argument value the rules care about, in every argument position.
-    #[test]
-    fn compiled_filter_matches_policy() {
-        let p = policy();
-        let prog = p.to_bpf().expect("compile");
+    /// Argument registers worth trying: every value the rules care about, in every position.
+    fn arg_sets() -> Vec<[u64; 6]> {
         let mut values: Vec<u64> = CONSTANTS.iter().map(|&(_, v)| v).collect();
         values.extend([
             1,
@@ -1145,6 +1324,25 @@ mod tests {
         for proto in [libc::NETLINK_ROUTE, libc::NETLINK_AUDIT] {
             arg_sets.push(with(&[(0, libc::AF_NETLINK as u64), (1, 3), (2, proto as u64)]));
         }
+        arg_sets
+    }
+
+    /// The compiled program says what [`Policy::decide`] says, for every syscall number and
+    /// every argument value the rules care about, in every argument position.
+    #[test]
+    fn compiled_filter_matches_policy() {
+        assert_compiled_matches(&policy());
+    }
+
+    #[test]
+    fn compiled_agent_filter_matches_its_policy() {
+        assert_compiled_matches(&agent_policy());
+        assert_eq!(compile_agent().expect("compile"), agent_policy().to_bpf().expect("compile"));
+    }
+
+    fn assert_compiled_matches(p: &Policy) {
+        let prog = p.to_bpf().expect("compile");
+        let arg_sets = arg_sets();
         let mut checked = 0;
         for n in 0..=500u32 {
             for args in &arg_sets {
@@ -1224,6 +1422,25 @@ mod tests {
         assert!(out.stdout.contains("probe escapes: all checks passed"), "{}", out.stdout);
     }
 
+    /// A command's view: the agent's filter (inherited) with the commands' on top.
+    #[test]
+    fn stacked_filters_in_child_block_escapes_and_allow_ordinary_calls() {
+        let out = run_probe("stacked-escapes");
+        assert_eq!(out.code, Some(0), "probe failed:\n{}\n{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("seccomp filters: 2\n"), "both filters installed: {}", out.stdout);
+        assert!(out.stdout.contains("probe escapes: all checks passed"), "{}", out.stdout);
+    }
+
+    #[test]
+    fn stacked_filters_in_child_run_real_programs() {
+        let out = run_probe("stacked-programs");
+        assert_eq!(out.code, Some(0), "programs failed:\n{}\n{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("ok-sh"), "{}", out.stdout);
+        if std::path::Path::new("/usr/bin/python3").exists() {
+            assert!(out.stdout.contains("ok-python 0"), "{}", out.stdout);
+        }
+    }
+
     #[test]
     fn filter_in_child_runs_real_programs() {
         let out = run_probe("programs");
@@ -1247,7 +1464,17 @@ mod tests {
         let dir = std::env::var_os(DIR_ENV).map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
         let prog = compile().expect("compile");
         probe::set_no_new_privs();
+        let scenario = match scenario.strip_prefix("stacked-") {
+            Some(rest) => {
+                install(&compile_agent().expect("compile agent filter")).expect("install agent filter");
+                rest.to_owned()
+            }
+            None => scenario,
+        };
         install(&prog).expect("install filter");
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("own status");
+        let filters = status.lines().find_map(|l| l.strip_prefix("Seccomp_filters:")).unwrap_or("?").trim();
+        println!("seccomp filters: {filters}");
         let code = match scenario.as_str() {
             "escapes" => {
                 let failures = probe::escapes(&dir);

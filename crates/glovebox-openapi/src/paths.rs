@@ -60,6 +60,8 @@ const fn query(name: &'static str, ty: Ty, description: &'static str) -> Param {
 const ID: Param = path("id", Ty::Str, "Sandbox id.");
 const TPL: Param = path("name", Ty::Str, "Template name.");
 const SECRET: Param = path("name", Ty::Str, "Secret name.");
+const VOLUME: Param = path("name", Ty::Str, "Volume name.");
+const SNAPSHOT: Param = path("name", Ty::Str, "Snapshot name.");
 const CMD_ID: Param = path("cid", Ty::U64, "Command id (`id` of `Started` or `ExecResult`).");
 const CTX_ID: Param = path("cid", Ty::Str, "Context id (`id` of `Context`).");
 const FILE_PATH: Param = Param {
@@ -147,10 +149,12 @@ pub const OPS: &[Op] = &[
         summary: "Create a sandbox",
         description: "All fields are optional. Bounds: `timeout_s` 1–86400; `cpus` 0.01–64; `memory_mb` \
                       16–262144; `disk_mb` 1–1048576; `pids` 8–65536. `on_idle` `hibernate` is \
-                      answered 501 `hibernate_unavailable` on hosts that cannot checkpoint processes.",
+                      answered 501 `hibernate_unavailable` on hosts that cannot checkpoint processes. \
+                      `snapshot` starts from one of the caller's snapshots (404 `snapshot_not_found`): its \
+                      files are there at once and its template is used.",
         body: Body::Json("CreateSandbox"),
         replies: &[reply(201, "The new sandbox.", Body::Json("Sandbox"))],
-        errors: &[400, 401, 404, 413, 415, 429, 500, 501, 503],
+        errors: &[400, 401, 404, 409, 413, 415, 429, 500, 501, 503],
         ..OP
     },
     Op {
@@ -190,6 +194,21 @@ pub const OPS: &[Op] = &[
         params: &[ID],
         replies: &[NO_CONTENT],
         errors: SB,
+        ..OP
+    },
+    Op {
+        method: "patch",
+        path: "/v1/sandboxes/{id}",
+        id: "updateSandbox",
+        tag: "sandboxes",
+        summary: "Change a sandbox's labels or idle timeout",
+        description: "Each field given replaces the current value (`metadata`: the whole set); each left \
+                      out stays. `idle_timeout_s` is used from the idle clock's next check on; 0 turns the \
+                      idle clock off. The new values are stored: a restarted daemon keeps them.",
+        params: &[ID],
+        body: Body::Json("UpdateSandbox"),
+        replies: &[reply(200, "The sandbox with its new settings.", Body::Json("Sandbox"))],
+        errors: SB_JSON,
         ..OP
     },
     Op {
@@ -363,6 +382,38 @@ pub const OPS: &[Op] = &[
         ..OP
     },
     Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/ports/{port}",
+        id: "exposePort",
+        tag: "sandboxes",
+        summary: "Expose a port of a sandbox (preview URL and token)",
+        description: "A server listening on `127.0.0.1:{port}` inside the sandbox is then reached at `url` \
+                      (`http://{port}-{id}.<preview domain>:<daemon port>/`, routed on the Host header) and at \
+                      `path_url` (`/v1/sandboxes/{id}/ports/{port}/…`, any method, WebSocket upgrades and \
+                      streaming bodies pass through). Private unless `public`: the path takes the API key, \
+                      both take the port's `token` (`?gb_token=`, then a cookie, or `X-Glovebox-Port-Token`). \
+                      The connection is made inside the sandbox's network namespace: no host port is opened \
+                      and the sandbox's network policy is unchanged. Nothing listening answers 502 \
+                      `port_not_listening`. No body means `{}`.",
+        params: &[ID, path("port", Ty::Int { min: 1, max: 65535, default: 8000 }, "Port inside the sandbox.")],
+        body: Body::Json("ExposePort"),
+        body_optional: true,
+        replies: &[reply(200, "Where the port is reached.", Body::Json("ExposedPort"))],
+        errors: SB_JSON,
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/ports",
+        id: "listPorts",
+        tag: "sandboxes",
+        summary: "The exposed ports of a sandbox",
+        params: &[ID],
+        replies: &[reply(200, "Exposed ports, lowest first.", Body::Json("ExposedPortList"))],
+        errors: SB,
+        ..OP
+    },
+    Op {
         method: "get",
         path: "/v1/sandboxes/{id}/events",
         id: "getSandboxEvents",
@@ -470,6 +521,56 @@ pub const OPS: &[Op] = &[
         body_optional: true,
         replies: &[NO_CONTENT],
         errors: &[400, 401, 404, 409, 410, 500, 502],
+        ..OP
+    },
+    // --- terminals ---------------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/pty",
+        id: "createPty",
+        tag: "terminals",
+        summary: "Start a command on a pseudo-terminal",
+        description: "Runs in the background (only the sandbox's lifetime bounds it) with the terminal as its \
+                      stdin, stdout, stderr and controlling terminal; `TERM` defaults to `xterm-256color`. \
+                      Default command: a login shell (`/bin/bash -l`, else `/bin/sh -l`). Attach with \
+                      `GET …/pty/{cid}/ws`; input also through `…/commands/{cid}/stdin`, signals through \
+                      `…/commands/{cid}/kill`, the exit status through `…/commands/{cid}?wait=true`. \
+                      Output is not kept: while nobody is attached a bounded backlog fills, then the program \
+                      waits to write.",
+        params: &[ID],
+        body: Body::Json("PtyRequest"),
+        replies: &[reply(201, "Started.", Body::Json("Started"))],
+        errors: SB_JSON,
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/pty/{cid}/resize",
+        id: "resizePty",
+        tag: "terminals",
+        summary: "Resize a terminal",
+        description: "Both sides 1 to 1000; the program in the foreground gets SIGWINCH.",
+        params: &[ID, CMD_ID],
+        body: Body::Json("PtyResize"),
+        replies: &[NO_CONTENT],
+        errors: &[400, 401, 404, 410, 413, 415, 500, 502],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/sandboxes/{id}/pty/{cid}/ws",
+        id: "attachPty",
+        tag: "terminals",
+        summary: "Attach to a terminal (WebSocket)",
+        description: "A WebSocket upgrade. Binary frames are the terminal's bytes both ways; text frames are \
+                      JSON: `PtyControl` from the client (`{\"resize\":{\"cols\":C,\"rows\":R}}`, \
+                      `{\"signal\":N}` for the foreground process group), `PtyEvent` from the daemon (an \
+                      `error` for a refused control message; `exited` last, then the close). Closing the \
+                      socket detaches; the program keeps running. A new attachment takes the terminal over: \
+                      the one before is closed with code 4001.",
+        params: &[ID, CMD_ID],
+        replies: &[reply(101, "Switching to the WebSocket protocol.", Body::None)],
+        errors: SB_AGENT,
         ..OP
     },
     // --- files -------------------------------------------------------------------------
@@ -761,6 +862,145 @@ pub const OPS: &[Op] = &[
         errors: &[401, 403, 500],
         ..OP
     },
+    // --- snapshots and forks ------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/snapshots",
+        id: "snapshotSandbox",
+        tag: "snapshots",
+        summary: "Snapshot a sandbox's files",
+        description: "Captures the sandbox's writable layer (its files; not its processes or memory) as a new \
+                      content-addressed layer, freezing the sandbox for the copy (thawed after, unless it was \
+                      paused). Owners, modes, symlinks (as links, never followed), `user.*` xattrs, deletions \
+                      and replaced directories are kept; fifos, sockets and device nodes are left out \
+                      (`skipped`). Bounded by the sandbox's disk cap and 128 directory levels: beyond either, \
+                      422 `snapshot_failed`. `name`: 1–63 of `a-z 0-9 . _ -`, starting with a letter or \
+                      digit, unique per tenant (409 `conflict` when taken).",
+        params: &[ID],
+        body: Body::Json("CreateSnapshot"),
+        replies: &[reply(201, "The snapshot.", Body::Json("SnapshotInfo"))],
+        errors: &[400, 401, 404, 409, 410, 413, 415, 422, 500],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/sandboxes/{id}/fork",
+        id: "forkSandbox",
+        tag: "snapshots",
+        summary: "Fork a sandbox into new ones",
+        description: "Snapshots the sandbox's files (anonymously: the children share it, it is removed with the \
+                      last of them) and starts `count` (1–20, default 1) sandboxes on it, each with a copy of \
+                      the parent's network policy, limits, environment, labels, idle settings and remaining \
+                      lifetime, and its lineage (`parent_id`, `ancestors`). Processes, memory and code \
+                      contexts are NOT copied (no checkpointing on this host): each child starts with nothing \
+                      running; `processes_copied` is always false. Volumes are not mounted in the children. \
+                      All or nothing: if one child cannot start, the others are destroyed. A policy with \
+                      literal header values (not `${secret:NAME}` references) cannot be copied (400). \
+                      The body may be empty.",
+        params: &[ID],
+        body: Body::Json("ForkSandbox"),
+        replies: &[reply(201, "The children.", Body::Json("Forked"))],
+        errors: &[400, 401, 404, 409, 410, 422, 429, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/snapshots",
+        id: "listSnapshots",
+        tag: "snapshots",
+        summary: "List the caller's snapshots",
+        description: "Named snapshots only (a fork's anonymous snapshot is not listed).",
+        replies: &[reply(200, "The snapshots, by name.", Body::Json("SnapshotList"))],
+        errors: &[401, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/snapshots/{name}",
+        id: "getSnapshot",
+        tag: "snapshots",
+        summary: "A snapshot: its template, layer, size and how many live sandboxes run on it",
+        params: &[SNAPSHOT],
+        replies: &[reply(200, "The snapshot.", Body::Json("SnapshotInfo"))],
+        errors: &[401, 404, 500],
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/snapshots/{name}",
+        id: "deleteSnapshot",
+        tag: "snapshots",
+        summary: "Delete a snapshot",
+        description: "Never refused for being in use: the name goes at once (and may be taken again), while \
+                      sandboxes started from it keep running on its layer, which is collected when the last of \
+                      them ends (deferred deletion).",
+        params: &[SNAPSHOT],
+        replies: &[reply(204, "Deleted.", Body::None)],
+        errors: &[401, 404, 500],
+        ..OP
+    },
+    // --- volumes -----------------------------------------------------------------------
+    Op {
+        method: "post",
+        path: "/v1/volumes",
+        id: "createVolume",
+        tag: "volumes",
+        summary: "Create a volume",
+        description: "An ext4 filesystem in a disk image of `size_mb` MiB (16 to 1048576): writes beyond it \
+                      fail with ENOSPC in the writing sandbox only. `name`: 1–63 of `a-z 0-9 . _ -`, \
+                      starting with a letter or digit; a tenant's names are its own. Mount it with the \
+                      create body's `volumes: [{name, path, read_only}]`; many sandboxes may mount one \
+                      volume at once, readers and writers alike (one filesystem, shared).",
+        body: Body::Json("CreateVolume"),
+        replies: &[reply(201, "Created.", Body::Json("VolumeInfo"))],
+        errors: &[400, 401, 409, 413, 415, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/volumes",
+        id: "listVolumes",
+        tag: "volumes",
+        summary: "List the caller's volumes",
+        replies: &[reply(200, "The volumes, by name.", Body::Json("VolumeList"))],
+        errors: &[401, 500],
+        ..OP
+    },
+    Op {
+        method: "get",
+        path: "/v1/volumes/{name}",
+        id: "getVolume",
+        tag: "volumes",
+        summary: "A volume: its size and how many live sandboxes mount it",
+        params: &[VOLUME],
+        replies: &[reply(200, "The volume.", Body::Json("VolumeInfo"))],
+        errors: &[400, 401, 404, 500],
+        ..OP
+    },
+    Op {
+        method: "delete",
+        path: "/v1/volumes/{name}",
+        id: "deleteVolume",
+        tag: "volumes",
+        summary: "Delete a volume and its data",
+        description: "Refused with 409 `volume_in_use` while a live sandbox mounts it.",
+        params: &[VOLUME],
+        replies: &[reply(204, "Deleted.", Body::None)],
+        errors: &[400, 401, 404, 409, 500],
+        ..OP
+    },
+    Op {
+        method: "post",
+        path: "/v1/volumes/gc",
+        id: "gcVolumes",
+        tag: "volumes",
+        summary: "Sweep volume leftovers (admin)",
+        description: "Unmounts host mounts of volumes no live sandbox uses and removes volumes whose create \
+                      was interrupted (the daemon also does this at start).",
+        replies: &[reply(200, "What was removed.", Body::Json("VolumesSwept"))],
+        errors: &[401, 403, 500],
+        ..OP
+    },
     // --- the daemon --------------------------------------------------------------------
     Op {
         method: "get",
@@ -790,16 +1030,16 @@ pub const ERRORS: &[(u16, &str, &str)] = &[
     (400, "BadRequest", "`invalid_request` (malformed JSON, unknown field, value out of bounds: the message names it), or from the file API `invalid_path`, `not_a_directory`, `is_a_directory`, `spawn_failed`."),
     (401, "Unauthorized", "`unauthorized`: missing or wrong API key."),
     (403, "Forbidden", "`permission_denied`: the sandbox's own permissions refuse the file operation; or `forbidden`: the route needs the admin API key."),
-    (404, "NotFound", "`sandbox_not_found`, `template_not_found`, `command_not_found`, `context_not_found`, `file_not_found` or `not_found`."),
+    (404, "NotFound", "`sandbox_not_found`, `template_not_found`, `command_not_found`, `context_not_found`, `snapshot_not_found`, `volume_not_found`, `file_not_found` or `not_found`."),
     (409, "Conflict", "`conflict` (e.g. a command still running, a sandbox that cannot be paused), `file_exists` or `directory_not_empty`."),
     (410, "Gone", "`sandbox_gone`: the sandbox ended; `reason` is `timeout`, `killed`, `oom`, `error` or `daemon_restart`."),
     (413, "PayloadTooLarge", "`invalid_request`: the JSON body is over 16 MiB (use the file API for more)."),
     (415, "UnsupportedMediaType", "`invalid_request`: the body is not `application/json`."),
     (429, "TooManyRequests", "`quota_exceeded`: the tenant's quota (the message names it) would be exceeded."),
-    (422, "BuildFailed", "`build_failed`: a template build step failed (the message names the step, its exit code and output tail)."),
+    (422, "BuildFailed", "`build_failed`: a template build step failed (the message names the step, its exit code and output tail); `snapshot_failed`: the sandbox's files cannot be captured (over its disk cap, nested too deep, or it ended meanwhile)."),
     (500, "InternalError", "`start_failed` or `internal`; details are in the daemon's log."),
     (501, "NotImplemented", "`hibernate_unavailable`: hibernation is not available on this host (the message says why)."),
-    (502, "BadGateway", "`agent_error`: the sandbox's agent misbehaved or vanished mid-request."),
+    (502, "BadGateway", "`agent_error`: the sandbox's agent misbehaved or vanished mid-request; `port_not_listening`: nothing listens on an exposed port."),
     (503, "Unavailable", "`unavailable`: a host resource the request needs is missing or used up."),
     (507, "InsufficientStorage", "`disk_full`: the sandbox's disk budget is used up."),
 ];

@@ -58,6 +58,29 @@ pub struct ExecSpec {
     /// to the one `Session` connection attached; implies `background` and `stdin`.
     #[serde(default)]
     pub raw: bool,
+    /// Run on a new pseudo-terminal of this size: stdin, stdout and stderr are its slave
+    /// (all output arrives as `Kind::Stdout`), it is the command's controlling terminal, and
+    /// `TERM` defaults to `xterm-256color`. Implies `raw` (and so `background` and `stdin`).
+    #[serde(default)]
+    pub pty: Option<PtySize>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl PtySize {
+    /// The largest side accepted (either way); a terminal is at least 1 × 1.
+    pub const MAX: u16 = 1000;
+
+    /// Whether both sides are within `1..=MAX`.
+    pub fn is_valid(&self) -> bool {
+        (1..=Self::MAX).contains(&self.cols) && (1..=Self::MAX).contains(&self.rows)
+    }
 }
 
 fn default_max_output() -> u64 {
@@ -78,6 +101,7 @@ impl ExecSpec {
             gid: None,
             background: false,
             raw: false,
+            pty: None,
         }
     }
 }
@@ -96,8 +120,13 @@ pub enum Request {
     Attach { id: u64 },
     /// Attaches to a `raw` command full duplex: output frames flow out as they are read,
     /// `Kind::Stdin` frames in go to its stdin; ends with `Event::Exited` when it exits.
-    /// One attachment at a time; when this connection closes the command keeps running.
+    /// One attachment at a time: a new `Session` takes the command over from the one
+    /// attached before (which ends without an exit event); when this connection closes the
+    /// command keeps running.
     Session { id: u64 },
+    /// Sets the terminal size of a `pty` command (its foreground process group gets
+    /// `SIGWINCH`). Reply: `Reply::Ok`.
+    Resize { id: u64, cols: u16, rows: u16 },
     /// Sends a signal to a command's whole process group. Reply: `Reply::Ok`.
     Signal { id: u64, signal: i32 },
     /// Writes stdin to a background command: `Kind::Stdin` frames follow, then `CloseStdin`
@@ -244,6 +273,9 @@ pub struct CommandInfo {
     pub cwd: Option<String>,
     pub running: bool,
     pub exit: Option<ExitStatus>,
+    /// It runs on a pseudo-terminal (`ExecSpec::pty`).
+    #[serde(default)]
+    pub pty: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -330,5 +362,17 @@ mod tests {
         assert!(matches!(r, Request::Exec(ExecSpec { cmd: Command::Shell(_), .. })));
         assert!(serde_json::from_str::<Request>(r#"{"op":"exec","cmd":"x","bogus":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn pty_shapes() {
+        let r: Request = serde_json::from_str(r#"{"op":"exec","cmd":["bash"],"pty":{"cols":80,"rows":24}}"#).unwrap();
+        assert!(matches!(r, Request::Exec(ExecSpec { pty: Some(PtySize { cols: 80, rows: 24 }), .. })));
+        let r: Request = serde_json::from_str(r#"{"op":"resize","id":3,"cols":100,"rows":40}"#).unwrap();
+        assert_eq!(r, Request::Resize { id: 3, cols: 100, rows: 40 });
+        assert!(serde_json::from_str::<Request>(r#"{"op":"exec","cmd":"x","pty":{"cols":-1,"rows":2}}"#).is_err());
+        assert!(PtySize { cols: 1, rows: 1000 }.is_valid());
+        assert!(!PtySize { cols: 0, rows: 24 }.is_valid());
+        assert!(!PtySize { cols: 80, rows: 1001 }.is_valid());
     }
 }

@@ -239,6 +239,140 @@ pub struct CreateSandbox {
     /// What the idle clock does at `idle_timeout_s`: `kill` (the default) or `pause`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_idle: Option<OnIdle>,
+    /// Volumes of the caller's (`/v1/volumes`) mounted into the sandbox, each at its path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMount>,
+    /// Whether a request that reaches a paused sandbox's processes (a command, a file, a code
+    /// cell, a port) resumes it first. Default `true`; with `false` such requests answer 409
+    /// `sandbox_paused` until `POST …/resume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<bool>,
+    /// Start from a snapshot of the caller's (`/v1/snapshots`): its files are there at once
+    /// (the snapshot is a read-only layer under the sandbox's own writes, nothing is copied).
+    /// The sandbox's template is the snapshot's; `template`, if given, must name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/snapshots`: capture the sandbox's files (its writable layer).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateSnapshot {
+    /// 1-63 characters of `a-z 0-9 . _ -`, starting with a letter or digit; unique per tenant.
+    pub name: String,
+}
+
+/// A snapshot: a sandbox's files at one moment, as a read-only layer above its template's.
+/// Processes and memory are not part of it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SnapshotInfo {
+    pub name: String,
+    /// The template its sandbox ran (sandboxes started from the snapshot run it too).
+    pub template: String,
+    /// The sandbox it was taken of.
+    pub source_sandbox: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    /// The snapshot's own layer (content-addressed id).
+    pub layer: String,
+    /// Bytes of the files in its own layer.
+    pub size_bytes: u64,
+    /// Special files (fifos, sockets, device nodes other than overlay whiteouts) left out.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Live sandboxes started from it.
+    pub sandboxes: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SnapshotList {
+    pub snapshots: Vec<SnapshotInfo>,
+}
+
+/// Most children one fork makes.
+pub const MAX_FORK: u32 = 20;
+
+/// `POST /v1/sandboxes/{id}/fork`: new sandboxes starting from the sandbox's current files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ForkSandbox {
+    /// How many children (1..=`MAX_FORK`); 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// The answer to a fork: the children, each with a copy of the parent's files (an anonymous
+/// snapshot they share, kept while any of them lives), network policy, limits, environment and
+/// labels. Processes are not copied: each child starts with a fresh agent and nothing running.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Forked {
+    pub sandboxes: Vec<Sandbox>,
+    /// The anonymous snapshot the children start from (not listed under `/v1/snapshots`).
+    pub snapshot: String,
+    /// Always false: processes, memory and code contexts stay with the parent.
+    pub processes_copied: bool,
+}
+
+/// A volume mounted into a sandbox at create.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMount {
+    /// The volume's name.
+    pub name: String,
+    /// Where it appears inside the sandbox: an absolute path without `.` or `..`, outside
+    /// the system directories (`/proc`, `/sys`, `/dev`, `/usr`, `/etc`, …); made if missing.
+    pub path: String,
+    /// Mounted read-only: writes fail with EROFS.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// `POST /v1/volumes`: a disk-backed volume with a hard size cap.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolume {
+    /// 1-63 characters of `a-z 0-9 . _ -`, starting with a letter or digit.
+    pub name: String,
+    /// Its size cap in MiB (`MIN_VOLUME_MB`..=`MAX_VOLUME_MB`); writes beyond it fail with
+    /// ENOSPC.
+    pub size_mb: u64,
+}
+
+/// Smallest volume (ext4 needs room for its journal and metadata).
+pub const MIN_VOLUME_MB: u64 = 16;
+/// Largest volume (1 TiB).
+pub const MAX_VOLUME_MB: u64 = 1 << 20;
+
+/// What the API tells about a volume.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct VolumeInfo {
+    pub name: String,
+    pub size_mb: u64,
+    pub created_at: String,
+    /// Live sandboxes that have it mounted.
+    pub mounted_by: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct VolumeList {
+    pub volumes: Vec<VolumeInfo>,
+}
+
+/// What `POST /v1/volumes/gc` removed: `tenant/name (why)` per host mount nobody used or
+/// volume whose create was interrupted.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct VolumesSwept {
+    pub swept: Vec<String>,
 }
 
 /// What the idle clock does to an idle sandbox.
@@ -385,6 +519,22 @@ pub struct Sandbox {
     /// Present when the idle clock pauses rather than kills.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_idle: Option<OnIdle>,
+    /// The volumes it mounts (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMount>,
+    /// Present (`false`) when requests do not resume it while paused (see `CreateSandbox`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resume: Option<bool>,
+    /// The snapshot it started from (absent when none; a fork's children name the fork's
+    /// anonymous snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The sandbox it was forked from (absent when not a fork's child).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// Its lineage, parent first, then the parent's parent, and so on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -398,6 +548,52 @@ pub struct SandboxList {
 #[serde(deny_unknown_fields)]
 pub struct SetTimeout {
     pub timeout_s: u64,
+}
+
+/// A live change to a sandbox (`PATCH /v1/sandboxes/{id}`): each field given replaces the
+/// current value, each left out stays.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSandbox {
+    /// The new labels (the whole set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// The new idle timeout in seconds, used from the idle clock's next check; 0 turns the
+    /// idle clock off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_s: Option<u64>,
+}
+
+/// `POST /v1/sandboxes/{id}/ports/{port}`: expose a port (private unless `public`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ExposePort {
+    /// Reachable without the key or the token (anyone who can reach the daemon).
+    #[serde(default)]
+    pub public: bool,
+}
+
+/// An exposed port of a sandbox and where it is reached from the host.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ExposedPort {
+    pub port: u16,
+    pub public: bool,
+    /// The preview URL, routed on its host name (`http://P-<id>.<domain>:7171/`).
+    pub url: String,
+    /// The same port under the API (`…/v1/sandboxes/{id}/ports/{port}/`).
+    pub path_url: String,
+    /// Opens this port (and nothing else) without the API key: `?gb_token=` (a browser then
+    /// keeps it in a cookie) or the `X-Glovebox-Port-Token` header.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct ExposedPortList {
+    pub ports: Vec<ExposedPort>,
 }
 
 /// How command output is put into JSON: lossy UTF-8 text, or base64 of the exact bytes.
@@ -446,6 +642,68 @@ pub struct ExecRequest {
     /// Return at once with the command id; fetch the result later.
     #[serde(default)]
     pub background: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/pty`: a command on a pseudo-terminal, in the background.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PtyRequest {
+    /// An argv array, or a string run with `/bin/sh -c`; default a login shell
+    /// (`/bin/bash -l` where the sandbox has bash, else `/bin/sh -l`).
+    #[cfg_attr(feature = "schema", schemars(with = "Option<serde_json::Value>"))]
+    #[serde(default)]
+    pub cmd: Option<Command>,
+    /// Terminal width in columns, 1 to 1000.
+    pub cols: u32,
+    /// Terminal height in rows, 1 to 1000.
+    pub rows: u32,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Added to the environment; `TERM` defaults to `xterm-256color`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// `POST /v1/sandboxes/{id}/pty/{cid}/resize`, and the `resize` control message.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PtyResize {
+    pub cols: u32,
+    pub rows: u32,
+}
+
+/// A text frame a client sends on a terminal's WebSocket (binary frames are input bytes).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum PtyControl {
+    /// The terminal's new size.
+    Resize(PtyResize),
+    /// A signal for the terminal's foreground process group (as its own ^C would send).
+    Signal(i32),
+}
+
+/// A text frame the daemon sends on a terminal's WebSocket (binary frames are output).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PtyEvent {
+    /// The command ended (the last frame before the close).
+    Exited(PtyExit),
+    /// A control message was refused, or the attachment failed; the terminal goes on
+    /// unless the socket closes.
+    Error(ErrorDetail),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct PtyExit {
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -575,8 +833,13 @@ pub enum ErrorCode {
     ContextNotFound,
     CommandNotFound,
     SecretNotFound,
+    VolumeNotFound,
+    /// The volume is mounted by a live sandbox (409): delete it once they are gone.
+    VolumeInUse,
     /// The state forbids it (409).
     Conflict,
+    /// The sandbox is paused and was created with `auto_resume: false` (409): resume it first.
+    SandboxPaused,
     /// The daemon cannot take it now, e.g. shutting down (503).
     Unavailable,
     /// A tenant quota would be exceeded (429).
@@ -598,16 +861,23 @@ pub enum ErrorCode {
     SpawnFailed,
     /// The sandbox's agent broke protocol or vanished mid-request (502).
     AgentError,
+    /// Nothing listens on the port asked for inside the sandbox (502).
+    PortNotListening,
     /// Hibernation (checkpointing a sandbox's processes to disk) is not available on this
     /// host (501); the message says why.
     HibernateUnavailable,
+    /// No such snapshot, or one another tenant owns (404).
+    SnapshotNotFound,
+    /// The sandbox's files cannot be captured (422): larger than its disk cap, too deep, or
+    /// the sandbox ended meanwhile; the message says which.
+    SnapshotFailed,
     /// A fault of the daemon; details are in its log (500).
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in the order of the enum.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 33] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
@@ -618,7 +888,10 @@ impl ErrorCode {
         ErrorCode::ContextNotFound,
         ErrorCode::CommandNotFound,
         ErrorCode::SecretNotFound,
+        ErrorCode::VolumeNotFound,
+        ErrorCode::VolumeInUse,
         ErrorCode::Conflict,
+        ErrorCode::SandboxPaused,
         ErrorCode::Unavailable,
         ErrorCode::QuotaExceeded,
         ErrorCode::StartFailed,
@@ -633,7 +906,10 @@ impl ErrorCode {
         ErrorCode::DiskFull,
         ErrorCode::SpawnFailed,
         ErrorCode::AgentError,
+        ErrorCode::PortNotListening,
         ErrorCode::HibernateUnavailable,
+        ErrorCode::SnapshotNotFound,
+        ErrorCode::SnapshotFailed,
         ErrorCode::Internal,
     ];
 
@@ -650,7 +926,10 @@ impl ErrorCode {
             ErrorCode::ContextNotFound => "context_not_found",
             ErrorCode::CommandNotFound => "command_not_found",
             ErrorCode::SecretNotFound => "secret_not_found",
+            ErrorCode::VolumeNotFound => "volume_not_found",
+            ErrorCode::VolumeInUse => "volume_in_use",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::SandboxPaused => "sandbox_paused",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::QuotaExceeded => "quota_exceeded",
             ErrorCode::StartFailed => "start_failed",
@@ -665,7 +944,10 @@ impl ErrorCode {
             ErrorCode::DiskFull => "disk_full",
             ErrorCode::SpawnFailed => "spawn_failed",
             ErrorCode::AgentError => "agent_error",
+            ErrorCode::PortNotListening => "port_not_listening",
             ErrorCode::HibernateUnavailable => "hibernate_unavailable",
+            ErrorCode::SnapshotNotFound => "snapshot_not_found",
+            ErrorCode::SnapshotFailed => "snapshot_failed",
             ErrorCode::Internal => "internal",
         }
     }
@@ -838,7 +1120,8 @@ pub struct SandboxMetrics {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EgressEntry {
     pub time: String,
-    /// `dns` or `tcp`.
+    /// `dns`, or the protocol: `tcp`, `udp`, `icmp`, `ip/<number>` (the packet filter logs
+    /// each denied packet and the first of each connection an address rule allows).
     pub kind: String,
     /// The name asked for (DNS) or presented (TLS SNI / HTTP Host); empty if none.
     pub name: String,
@@ -858,6 +1141,10 @@ pub struct EgressEntry {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EgressLog {
     pub entries: Vec<EgressEntry>,
+    /// Packets the firewall logged past the listing rate (50 a second per sandbox, bursts
+    /// of 200): counted, not listed.
+    #[serde(default)]
+    pub unlisted: u64,
 }
 
 /// `POST /v1/secrets` (`name` + `value`) and `PUT /v1/secrets/{name}` (`value` only). The value

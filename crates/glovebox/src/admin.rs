@@ -119,7 +119,7 @@ pub async fn usage(tenant: Option<String>) -> Result<i32> {
     Ok(0)
 }
 
-fn urlenc(s: &str) -> String {
+pub fn urlenc(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),

@@ -35,6 +35,22 @@ impl Client {
         Ok(Client { http, base: base.trim_end_matches('/').to_string(), key: key.to_string() })
     }
 
+    /// A WebSocket request for `path` on the daemon, with the key.
+    pub fn ws_request(&self, path: &str) -> Result<tokio_tungstenite::tungstenite::handshake::client::Request> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = match self.base.split_once("://") {
+            Some(("http", rest)) => format!("ws://{rest}{path}"),
+            Some(("https", _)) => {
+                bail!("terminals need a plain http:// daemon URL (this build has no TLS WebSocket client)")
+            }
+            _ => bail!("GLOVEBOX_URL must start with http://, got {}", self.base),
+        };
+        let mut req = url.into_client_request().context("WebSocket request")?;
+        let auth = format!("Bearer {}", self.key).parse().context("API key is not a valid header value")?;
+        req.headers_mut().insert("authorization", auth);
+        Ok(req)
+    }
+
     pub fn req(&self, method: Method, path: &str) -> RequestBuilder {
         self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(&self.key)
     }

@@ -55,6 +55,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         seccomp(),
         landlock(),
         nftables(),
+        volumes(),
         template(&a.data_dir),
         disk(&a.data_dir),
     ];
@@ -176,6 +177,38 @@ fn filesystem(name: &str, what: &str, fix: &str) -> Check {
         ok(what)
     } else {
         fail(format!("{what}: not available"), fix)
+    }
+}
+
+/// Volumes are ext4 images (made with `mkfs.ext4`) the daemon mounts through loop devices.
+/// Without them only volumes are unavailable.
+fn volumes() -> Check {
+    let on_path = |exe: &str| {
+        std::env::var_os("PATH")
+            .map(|p| {
+                std::env::split_paths(&p)
+                    .chain([PathBuf::from("/sbin"), PathBuf::from("/usr/sbin")])
+                    .any(|d| d.join(exe).is_file())
+            })
+            .unwrap_or(false)
+    };
+    let ext4 =
+        read("/proc/filesystems").unwrap_or_default().lines().any(|l| l.split_whitespace().last() == Some("ext4"));
+    let missing: Vec<&str> = [
+        (!on_path("mkfs.ext4")).then_some("mkfs.ext4 (apt-get install e2fsprogs)"),
+        (!ext4).then_some("the ext4 filesystem (modprobe ext4)"),
+        (!Path::new("/dev/loop-control").exists()).then_some("loop devices (modprobe loop)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if missing.is_empty() {
+        ok("volumes (ext4 images on loop devices)")
+    } else {
+        warn(
+            format!("volumes unavailable: missing {}", missing.join(", ")),
+            "install or load what is missing (or scripts/deps)",
+        )
     }
 }
 

@@ -14,8 +14,12 @@ pub fn open_daemon_manager(
     warm_pool: usize,
     link_pool: usize,
     retention_s: u64,
+    defaults: glovebox_proto::api::Limits,
+    preview_domain: &str,
 ) -> Result<Arc<Manager>> {
     open_with(data_dir, |cfg| {
+        cfg.preview_domain = preview_domain.to_string();
+        cfg.defaults = defaults;
         cfg.warm_pool = warm_pool;
         cfg.link_pool = link_pool;
         cfg.adopt = true;

@@ -10,14 +10,18 @@ mod doctor;
 mod embedded;
 mod mcp;
 mod run;
+mod serve_config;
+mod shell;
+mod snapshot;
 mod template;
 mod units;
+mod volume;
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use glovebox_proto::api::{self, CreateSandbox, Encoding, ExecRequest, Resources, SandboxList};
 use reqwest::Method;
 
@@ -64,6 +68,12 @@ enum Cmd {
     /// Build and manage templates (root filesystems sandboxes start from).
     #[command(subcommand)]
     Template(template::TemplateCmd),
+    /// Disk-backed volumes with a size cap that outlive sandboxes and daemon restarts.
+    #[command(subcommand)]
+    Volume(volume::VolumeCmd),
+    /// Snapshots of sandboxes' files (take one with `glovebox sandbox snapshot ID NAME`).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
     /// Check this host: kernel, namespaces, cgroups, mounts, seccomp, Landlock, nf_tables,
     /// templates and disk, then boot one sandbox. Prints each result with its fix.
     Doctor(doctor::DoctorArgs),
@@ -78,6 +88,10 @@ enum Cmd {
 
 #[derive(Args)]
 struct ServeArgs {
+    /// Config file (TOML); flags and environment variables override it. Default:
+    /// /etc/glovebox/config.toml when it exists.
+    #[arg(long, env = "GLOVEBOX_CONFIG")]
+    config: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7171", env = "GLOVEBOX_LISTEN")]
     listen: String,
@@ -101,6 +115,48 @@ struct ServeArgs {
     /// How long records of finished commands and ended sandboxes are kept, in seconds.
     #[arg(long, default_value_t = 86_400, env = "GLOVEBOX_RETENTION_S")]
     retention_s: u64,
+    /// The base domain of exposed ports' preview hosts: port P of sandbox ID is served at
+    /// `http://P-ID.<domain>:<listen port>/` (`*.localhost` needs no DNS in browsers).
+    #[arg(long, default_value = "localhost", env = "GLOVEBOX_PREVIEW_DOMAIN")]
+    preview_domain: String,
+    /// Default sandbox limits (config file only).
+    #[arg(skip)]
+    limits: api::Limits,
+}
+
+impl ServeArgs {
+    /// Fills every setting whose flag and env var were not given from the config file.
+    fn apply_config(&mut self, m: &ArgMatches) -> Result<()> {
+        let Some(path) = serve_config::locate(self.config.as_deref()) else { return Ok(()) };
+        let f = serve_config::load(&path)?;
+        let may = |id: &str| serve_config::file_may_set(m, id);
+        if let Some(v) = f.listen.filter(|_| may("listen")) {
+            self.listen = v;
+        }
+        if let Some(v) = f.data_dir.filter(|_| may("data_dir")) {
+            self.data_dir = v;
+        }
+        if let Some(v) = f.api_key.filter(|_| may("api_key")) {
+            self.api_key = Some(v);
+        }
+        if let Some(v) = f.warm_pool.filter(|_| may("warm_pool")) {
+            self.warm_pool = v;
+        }
+        if let Some(v) = f.link_pool.filter(|_| may("link_pool")) {
+            self.link_pool = v;
+        }
+        if let Some(v) = f.destroy_on_exit.filter(|_| may("destroy_on_exit")) {
+            self.destroy_on_exit = v;
+        }
+        if let Some(v) = f.retention_s.filter(|_| may("retention_s")) {
+            self.retention_s = v;
+        }
+        if let Some(v) = f.preview_domain.filter(|_| may("preview_domain")) {
+            self.preview_domain = v;
+        }
+        self.limits = f.limits.over(self.limits.clone());
+        Ok(())
+    }
 }
 
 #[derive(Args, Clone, Default)]
@@ -159,6 +215,9 @@ impl NetArgs {
     }
 }
 
+// Parsed once per process: a large `Create` costs nothing, and boxing its fields would only
+// obscure the clap definitions.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum SandboxCmd {
     /// Create a sandbox and print its id.
@@ -183,6 +242,12 @@ enum SandboxCmd {
         env: Vec<String>,
         #[arg(long = "metadata", value_name = "K=V")]
         metadata: Vec<String>,
+        /// Mount a volume: NAME:/path, or NAME:/path:ro for read-only (repeatable).
+        #[arg(long = "volume", value_name = "NAME:/PATH[:ro]")]
+        volumes: Vec<String>,
+        /// Start from a snapshot of yours (its files are there at once; its template is used).
+        #[arg(long)]
+        snapshot: Option<String>,
     },
     /// Replace a sandbox's network policy (live; connections it no longer allows are reset).
     Network {
@@ -203,6 +268,16 @@ enum SandboxCmd {
         #[arg(long = "env", value_name = "K=V")]
         env: Vec<String>,
         #[arg(trailing_var_arg = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Open an interactive terminal in a sandbox: a login shell, or CMD (exits with its code).
+    /// Ctrl-C and friends go to the program in the sandbox.
+    Shell {
+        id: String,
+        /// Attach to a terminal command already running (its id) instead of starting one.
+        #[arg(long, value_name = "CID", conflicts_with = "cmd")]
+        attach: Option<u64>,
+        #[arg(trailing_var_arg = true)]
         cmd: Vec<String>,
     },
     /// Run code in one of the sandbox's code contexts (state persists between calls).
@@ -227,6 +302,25 @@ enum SandboxCmd {
     Pause { id: String },
     /// Resume a paused sandbox.
     Resume { id: String },
+    /// Snapshot a sandbox's files as NAME (frozen for the copy; processes are not kept).
+    Snapshot { id: String, name: String },
+    /// Fork a sandbox: new sandboxes starting from its current files, network policy, limits,
+    /// environment and labels (running processes are not copied). Prints the children's ids.
+    Fork {
+        id: String,
+        /// How many children (1-20).
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Expose PORT of a sandbox (a server listening inside it) and print its preview URL
+    /// (with the port's token; `--public` needs none).
+    Expose {
+        id: String,
+        port: u16,
+        /// Reachable without the API key or the token.
+        #[arg(long)]
+        public: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -246,7 +340,14 @@ enum FilesCmd {
 fn main() {
     glovebox_daemon::limit_malloc_arenas();
     glovebox_daemon::raise_fd_limit();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Cmd::Serve(a), Some(m)) = (&mut cli.cmd, matches.subcommand_matches("serve")) {
+        if let Err(e) = a.apply_config(m) {
+            eprintln!("glovebox: {e:#}");
+            std::process::exit(EXIT_ERROR);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GLOVEBOX_LOG").unwrap_or_else(|_| {
             tracing_subscriber::EnvFilter::new(if matches!(cli.cmd, Cmd::Serve(_)) { "info" } else { "warn" })
@@ -284,6 +385,8 @@ async fn dispatch(cmd: Cmd) -> Result<i32> {
         Cmd::Quota(c) => admin::quota(c).await,
         Cmd::Usage { tenant } => admin::usage(tenant).await,
         Cmd::Template(c) => template::run(c).await,
+        Cmd::Volume(c) => volume::run(c).await,
+        Cmd::Snapshot(c) => snapshot::run(c).await,
         Cmd::Doctor(a) => doctor::run(a).await,
         Cmd::Completions { shell } => {
             let mut out = Vec::new();
@@ -333,7 +436,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
     // Only now that key and port are ours: opening the manager boots the warm pool.
-    let manager = embedded::open_daemon_manager(&a.data_dir, a.warm_pool, a.link_pool, a.retention_s)?;
+    let manager = embedded::open_daemon_manager(
+        &a.data_dir,
+        a.warm_pool,
+        a.link_pool,
+        a.retention_s,
+        a.limits,
+        &a.preview_domain,
+    )?;
     tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
     let m = manager.clone();
     let shutdown = async {
@@ -387,7 +497,18 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
     let client = remote()?;
     match c {
-        SandboxCmd::Create { template, timeout, idle_timeout, on_idle, limits, net, env, metadata } => {
+        SandboxCmd::Create {
+            template,
+            timeout,
+            idle_timeout,
+            on_idle,
+            limits,
+            net,
+            env,
+            metadata,
+            volumes,
+            snapshot,
+        } => {
             let on_idle = on_idle
                 .map(|o| serde_json::from_value(serde_json::Value::String(o)))
                 .transpose()
@@ -401,6 +522,9 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 metadata: kv(&metadata, "--metadata")?,
                 idle_timeout_s: idle_timeout.as_deref().map(units::duration_s).transpose()?,
                 on_idle,
+                volumes: volumes.iter().map(|v| volume::parse_mount(v)).collect::<Result<_>>()?,
+                auto_resume: None,
+                snapshot,
             };
             let sb = client.create(&req).await?;
             println!("{}", sb.id);
@@ -439,6 +563,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
             };
             return run::stream_to_terminal(&client, &id, &req).await;
         }
+        SandboxCmd::Shell { id, attach, cmd } => return shell::run(&client, &id, cmd, attach).await,
         SandboxCmd::Code { id, language, context, timeout, code } => {
             let code = if code == "-" {
                 let mut s = String::new();
@@ -463,9 +588,34 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
             let sb: api::Sandbox = client.json(client.req(Method::POST, &format!("/v1/sandboxes/{id}/pause"))).await?;
             println!("{}", sb.state.as_str());
         }
+        SandboxCmd::Snapshot { id, name } => {
+            let req =
+                client.req(Method::POST, &format!("/v1/sandboxes/{id}/snapshots")).json(&api::CreateSnapshot { name });
+            let s: api::SnapshotInfo = client.json(req).await?;
+            println!("{}", s.name);
+        }
+        SandboxCmd::Fork { id, count } => {
+            let req = client
+                .req(Method::POST, &format!("/v1/sandboxes/{id}/fork"))
+                .json(&api::ForkSandbox { count: Some(count) });
+            let f: api::Forked = client.json(req).await?;
+            for c in f.sandboxes {
+                println!("{}", c.id);
+            }
+        }
         SandboxCmd::Resume { id } => {
             let sb: api::Sandbox = client.json(client.req(Method::POST, &format!("/v1/sandboxes/{id}/resume"))).await?;
             println!("{}", sb.state.as_str());
+        }
+        SandboxCmd::Expose { id, port, public } => {
+            let req =
+                client.req(Method::POST, &format!("/v1/sandboxes/{id}/ports/{port}")).json(&api::ExposePort { public });
+            let p: api::ExposedPort = client.json(req).await?;
+            if p.public {
+                println!("{}", p.url);
+            } else {
+                println!("{}?gb_token={}", p.url, p.token);
+            }
         }
     }
     Ok(0)
@@ -509,4 +659,75 @@ async fn files(c: FilesCmd) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `serve` parsed from `argv` with the config file `toml`, as `main` does it.
+    fn serve_with(argv: &[&str], toml: &str) -> Result<ServeArgs> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, toml)?;
+        let mut full = vec!["glovebox", "serve", "--config", path.to_str().context("utf-8 path")?];
+        full.extend_from_slice(argv);
+        let m = Cli::command().try_get_matches_from(full)?;
+        let Cmd::Serve(mut a) = Cli::from_arg_matches(&m)?.cmd else { anyhow::bail!("not serve") };
+        a.apply_config(m.subcommand_matches("serve").context("serve matches")?)?;
+        Ok(a)
+    }
+
+    #[test]
+    fn the_preview_domain_comes_from_the_flag_the_file_or_the_default() {
+        let pick = |argv: &[&str], toml: &str| serve_with(argv, toml).map(|a| a.preview_domain).unwrap();
+        assert_eq!(pick(&[], ""), "localhost");
+        assert_eq!(pick(&[], "preview_domain = \"p.example\"\n"), "p.example");
+        assert_eq!(pick(&["--preview-domain", "q.example"], "preview_domain = \"p.example\"\n"), "q.example");
+    }
+
+    #[test]
+    fn file_beats_built_in_default() {
+        let a = serve_with(
+            &[],
+            "listen = \"127.0.0.1:7181\"\nwarm_pool = 0\nretention_s = 60\n[limits]\nmemory_mb = 2048\n",
+        )
+        .unwrap();
+        assert_eq!(a.listen, "127.0.0.1:7181");
+        assert_eq!((a.warm_pool, a.retention_s), (0, 60));
+        assert_eq!((a.limits.memory_mb, a.limits.pids), (2048, api::Limits::default().pids));
+    }
+
+    #[test]
+    fn flag_beats_file() {
+        let a =
+            serve_with(&["--warm-pool", "5", "--destroy-on-exit"], "warm_pool = 1\ndestroy_on_exit = false\n").unwrap();
+        assert_eq!(a.warm_pool, 5);
+        assert!(a.destroy_on_exit);
+    }
+
+    #[test]
+    fn env_beats_file_and_flag_beats_env() {
+        // No other test asserts on link_pool, so setting its env var races nothing.
+        std::env::set_var("GLOVEBOX_LINK_POOL", "7");
+        let from_env = serve_with(&[], "link_pool = 1\n").map(|a| a.link_pool);
+        let from_flag = serve_with(&["--link-pool", "9"], "link_pool = 1\n").map(|a| a.link_pool);
+        std::env::remove_var("GLOVEBOX_LINK_POOL");
+        assert_eq!(from_env.unwrap(), 7);
+        assert_eq!(from_flag.unwrap(), 9);
+    }
+
+    #[test]
+    fn bad_file_is_an_error_naming_it() {
+        let e = serve_with(&[], "link_pool = \"two\"\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(e.contains("config.toml: key `link_pool`"), "{e}");
+        let e = Cli::command()
+            .try_get_matches_from(["glovebox", "serve", "--config", "/nonexistent/glovebox.toml"])
+            .map_err(anyhow::Error::from)
+            .and_then(|m| {
+                let Cmd::Serve(mut a) = Cli::from_arg_matches(&m)?.cmd else { anyhow::bail!("not serve") };
+                a.apply_config(m.subcommand_matches("serve").context("serve matches")?)
+            });
+        assert!(format!("{:#}", e.unwrap_err()).contains("/nonexistent/glovebox.toml"));
+    }
 }

@@ -86,6 +86,9 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         network: a.net.policy()?,
         idle_timeout_s: None,
         on_idle: None,
+        volumes: Vec::new(),
+        auto_resume: None,
+        snapshot: None,
     };
     let result = async {
         let sb = client.create(&req).await?;

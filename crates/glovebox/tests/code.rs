@@ -99,6 +99,31 @@ fn timeout_interrupts_the_cell_and_keeps_the_context() {
     d.shutdown_and_check_leaks();
 }
 
+/// A caller that gives up on a cell (its own HTTP timeout) does not leave the context busy:
+/// the next cell interrupts the abandoned one, keeps the state, and runs at once — whether
+/// or not the daemon noticed the dropped connection first.
+#[test]
+fn a_cell_whose_caller_left_does_not_hold_up_the_next() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "timeout_s": 120 })));
+    code(&d, &id, json!({ "code": "kept = 'yes'" }));
+    for round in 0..3 {
+        let gave_up = d
+            .req(Method::POST, &format!("/v1/sandboxes/{id}/code"))
+            .json(&json!({ "code": "import time\ntime.sleep(300)", "timeout_ms": 0 }))
+            .timeout(Duration::from_millis(700))
+            .send();
+        assert!(gave_up.is_err(), "round {round}: a 300 s cell answered within 0.7 s: {gave_up:?}");
+        let t = Instant::now();
+        let ex = code(&d, &id, json!({ "code": "kept" }));
+        let took = t.elapsed();
+        assert_eq!(main_text(&ex).as_deref(), Some("'yes'"), "round {round}: {ex}");
+        assert!(ex["error"].is_null() && ex["context_restarted"] != true, "round {round}: {ex}");
+        assert!(took < Duration::from_secs(5), "round {round}: the next cell waited {took:?}");
+    }
+    d.shutdown_and_check_leaks();
+}
 /// A cell's time budget means what a command's does: `0` is no budget of its own (the
 /// sandbox's lifetime bounds it), and a budget longer than any sandbox lives is a 400.
 #[test]

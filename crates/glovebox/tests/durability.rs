@@ -166,6 +166,33 @@ fn sigkilled_daemon_restarts_and_readopts_every_intact_sandbox() {
     d.shutdown_and_check_leaks();
 }
 
+/// Labels and an idle timeout changed on a live sandbox are what a restarted daemon re-adopts,
+/// and the adopted sandbox's idle clock follows a later change.
+#[test]
+fn labels_and_idle_timeout_changed_live_survive_a_restart() {
+    require_root!();
+    let mut d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "timeout_s": 120, "metadata": { "who": "a" } })));
+    let path = format!("/v1/sandboxes/{id}");
+    let patch = |d: &Daemon, body: Value| d.send(d.req(reqwest::Method::PATCH, &path).json(&body));
+    let (st, v) = patch(&d, json!({ "metadata": { "who": "b" }, "idle_timeout_s": 600 }));
+    assert_eq!(st, 200, "{v}");
+    d.crash();
+    let d = d.restart();
+    let (st, v) = d.get(&path);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!((&v["metadata"], &v["idle_timeout_s"]), (&json!({ "who": "b" }), &json!(600)), "{v}");
+    // The adopted sandbox's idle clock takes a new timeout (watched through the list: a
+    // request to the sandbox is activity).
+    let (st, v) = patch(&d, json!({ "idle_timeout_s": 1 }));
+    assert_eq!(st, 200, "{v}");
+    let ended = poll(Duration::from_secs(10), Duration::from_millis(200), || (!listed(&d).contains(&id)).then_some(()));
+    assert!(ended.is_some(), "{id} still listed 10 s after its new 1 s idle timeout");
+    let (st, v) = d.get(&path);
+    assert_eq!((st, &v["error"]["reason"]), (410, &json!("idle")), "{v}");
+    d.shutdown_and_check_leaks();
+}
+
 /// Milliseconds since the epoch of an RFC 3339 UTC time as the API writes it.
 fn rfc3339_ms(s: &str) -> i64 {
     let n = |r: std::ops::Range<usize>| s[r].parse::<i64>().unwrap();

@@ -103,7 +103,7 @@ fn templates_dir() -> Option<String> {
 fn sandbox_lifecycle() {
     require_root!();
     let d = Daemon::start();
-    run_script(&d, "lifecycle.py", 52, Duration::from_secs(180), &[]);
+    run_script(&d, "lifecycle.py", 55, Duration::from_secs(180), &[]);
     d.shutdown_and_check_leaks();
 }
 

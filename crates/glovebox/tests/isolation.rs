@@ -378,3 +378,96 @@ fn the_sandbox_has_its_own_time_namespace_with_sane_clocks() {
     assert!(mono2 - mono >= 0.2, "monotonic clock did not advance: {mono} then {mono2}");
     d.shutdown_and_check_leaks();
 }
+
+/// `Seccomp:` and `Seccomp_filters:` of a `/proc/<pid>/status` text.
+fn seccomp_of(status: &str) -> (String, String) {
+    (field(status, "Seccomp:").to_owned(), field(status, "Seccomp_filters:").to_owned())
+}
+
+/// The agent confines itself before it forks anything, and its zygote, spares and every
+/// command inherit that: seen from inside and from the host, PID 1 runs under its own filter
+/// and every other agent process and every command under that one plus the commands' own;
+/// and a command, inside the agent's Landlock domain, cannot signal a process entered into
+/// the sandbox from outside the domain, which it could without Landlock (same uid, same
+/// namespaces).
+#[test]
+fn the_agent_its_zygote_and_spares_are_confined() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+
+    let pid1 = d.sh_ok(&id, "cat /proc/1/status");
+    assert_eq!(seccomp_of(&pid1), ("2".into(), "1".into()), "the agent's own filter:\n{pid1}");
+    assert_eq!(field(&pid1, "NoNewPrivs:"), "1");
+    let own = d.sh_ok(&id, "cat /proc/self/status");
+    assert_eq!(seccomp_of(&own), ("2".into(), "2".into()), "a command: the agent's filter and its own");
+
+    // Every other agent process (all are `glovebox-agent …`): the zygote holds a socket as
+    // fd 3, a spare its job pipe. Spares are refilled in the background: poll until both show.
+    let list = r#"for s in /proc/[0-9]*/status; do
+  p=${s%/status}; p=${p#/proc/}; [ "$p" = 1 ] && continue
+  case "$(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)" in glovebox-agent*)
+    echo "$p $(readlink /proc/$p/fd/3 2>/dev/null | cut -d: -f1) $(grep '^Seccomp:' $s | cut -f2) $(grep '^Seccomp_filters:' $s | cut -f2)";;
+  esac
+done"#;
+    let seen = common::poll(Duration::from_secs(10), Duration::from_millis(100), || {
+        let out = d.sh_ok(&id, list);
+        let kinds: Vec<&str> = out.lines().filter_map(|l| l.split_whitespace().nth(1)).collect();
+        (kinds.contains(&"socket") && kinds.contains(&"pipe")).then_some(out)
+    })
+    .expect("a zygote and a spare inside the sandbox");
+    for line in seen.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cols.len(), 4, "{line}");
+        assert_eq!(
+            &cols[2..],
+            ["2", "2"],
+            "agent process {} ({}) is not under both filters:\n{seen}",
+            cols[0],
+            cols[1]
+        );
+    }
+
+    // From the host: the agent is the sandbox process whose innermost pid is 1.
+    let agent = common::processes_of(&id)
+        .into_iter()
+        .find(|p| {
+            fs::read_to_string(format!("/proc/{}/status", p.pid))
+                .is_ok_and(|s| field(&s, "NSpid:").split_whitespace().last() == Some("1"))
+        })
+        .expect("the agent's host process");
+    let host_view = fs::read_to_string(format!("/proc/{}/status", agent.pid)).unwrap();
+    assert_eq!(seccomp_of(&host_view), ("2".into(), "1".into()), "{host_view}");
+
+    // Landlock: a process entered into the sandbox's namespaces from the host is visible to
+    // commands, with their uid, but outside the agent's domain.
+    let mut outsider = std::process::Command::new("nsenter")
+        .args(["-t", &agent.pid.to_string(), "-U", "-p", "-m", "--", "/bin/sleep", "60"])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("nsenter");
+    let inner = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        let child = common::processes().into_iter().find(|p| p.ppid == outsider.id() && p.comm == "sleep")?;
+        let st = fs::read_to_string(format!("/proc/{}/status", child.pid)).ok()?;
+        Some((child.pid, field(&st, "NSpid:").split_whitespace().last()?.to_owned()))
+    });
+    let result = inner.map(|(host_pid, pid)| {
+        let probe = format!(
+            "test -d /proc/{pid} && echo visible; kill -0 {pid} 2>&1 && echo outside-signalled; \
+             sleep 30 & kill -0 $! && echo own-signalled; kill $!"
+        );
+        (host_pid, d.sh(&id, &probe))
+    });
+    let _ = outsider.kill();
+    if let Some((host_pid, _)) = &result {
+        let _ = std::process::Command::new("kill").arg(host_pid.to_string()).status();
+    }
+    let _ = outsider.wait();
+    let (_, r) = result.expect("the process entered from the host, seen from inside");
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(out.contains("visible\n"), "the outsider is in the sandbox's pid namespace: {r}");
+    assert!(out.contains("own-signalled\n"), "a command signals its own processes: {r}");
+    assert!(!out.contains("outside-signalled"), "a command signalled a process outside the agent's domain: {r}");
+    assert!(out.contains("Operation not permitted"), "refused with EPERM: {r}");
+    d.shutdown_and_check_leaks();
+}

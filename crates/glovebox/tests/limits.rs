@@ -169,6 +169,53 @@ fn disk_fill_stops_at_the_cap() {
     d.shutdown_and_check_leaks();
 }
 
+/// A disk larger than fits in memory is disk-backed (an ext4 image on the host's disk): it
+/// holds 4× the sandbox's memory, filling it ends in ENOSPC for the writer and not in the
+/// OOM killer, and nothing of it is left on the host once the sandbox is gone. A sandbox
+/// that names no disk keeps the in-memory one, sized to fit.
+#[test]
+fn a_disk_four_times_the_memory_fills_to_its_cap_without_an_oom() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "resources": { "memory_mb": 128, "disk_mb": 512 } })));
+    let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!((st, v["limits"]["disk_mb"].as_u64()), (200, Some(512)), "{v}");
+    let df = d.sh_ok(&id, "df -m /tmp | tail -1");
+    let total: u64 = df.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!((480..=512).contains(&total), "df shows {total} MiB for a 512 MiB disk: {df}");
+    // The image is unlinked once mounted: only the sandbox's mount holds it.
+    let images: Vec<_> = std::fs::read_dir(d.data_dir.join("disks")).map(|r| r.flatten().collect()).unwrap_or_default();
+    assert!(images.is_empty(), "disk images left named on the host: {images:?}");
+    let r = d.exec(
+        &id,
+        json!({ "cmd": ["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=700; r=$?; sync; exit $r"], "timeout_ms": 120_000 }),
+    );
+    assert_ne!(r["exit_code"], 0, "{r}");
+    assert!(r["stderr"].as_str().unwrap_or("").contains("No space left"), "{r}");
+    let size: u64 = d.sh_ok(&id, "stat -c %s /tmp/fill").trim().parse().unwrap_or(0);
+    assert!((450 << 20..=512 << 20).contains(&size), "wrote {size} bytes on a 512 MiB disk with 128 MiB of memory");
+    // Alive, and its agent was never OOM-killed (the same processes answer).
+    let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!((st, v["state"].as_str()), (200, Some("running")), "{v}");
+    d.sh_ok(&id, "rm /tmp/fill && dd if=/dev/zero of=/tmp/ok bs=1M count=64 2>/dev/null");
+    // A fork's child has the parent's files and a disk of its own of the same size.
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/fork"), &json!({ "count": 1 }));
+    assert_eq!(st, 201, "{v}");
+    let kid = v["sandboxes"][0]["id"].as_str().unwrap_or_default().to_string();
+    d.register(&kid);
+    assert_eq!(v["sandboxes"][0]["limits"]["disk_mb"].as_u64(), Some(512), "{v}");
+    assert_eq!(d.sh_ok(&kid, "stat -c %s /tmp/ok").trim(), (64u64 << 20).to_string());
+    let df = d.sh_ok(&kid, "df -m /tmp | tail -1");
+    assert!(df.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).is_some_and(|t| t >= 480), "{df}");
+    // Named no disk: the in-memory one, sized to fit (a quarter of 128 MiB is /dev/shm's,
+    // an eighth the processes').
+    let small = d.create(sandbox_body(json!({ "resources": { "memory_mb": 128 } })));
+    let (_, v) = d.get(&format!("/v1/sandboxes/{small}"));
+    let mb = v["limits"]["disk_mb"].as_u64().unwrap_or(0);
+    assert!((64..=96).contains(&mb), "an in-memory disk of {mb} MiB with 128 MiB of memory: {v}");
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn output_flood_is_capped_counted_and_bounded_in_memory() {
     require_root!();

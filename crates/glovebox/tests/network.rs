@@ -190,6 +190,121 @@ fn policies_are_enforced_on_the_host_side() {
     inet::assert_no_net_state(pid);
 }
 
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_egress_audit_lists_every_attempt_with_its_verdict() {
+    require_root!();
+    let _one = ONE_INTERNET.lock().unwrap_or_else(|e| e.into_inner());
+    let inet = Internet::start();
+    std::env::set_var("GLOVEBOX_DNS_UPSTREAM", format!("{NET}:53"));
+    let d = Daemon::start();
+    let id =
+        d.create(sandbox_body(json!({ "network": { "mode": "allow-list", "allow": [format!("{NET}/32:8080")] } })));
+
+    // Five attempts: TCP, UDP and ICMP to an address no rule allows, a name no rule allows,
+    // and the allowed address and port.
+    let icmp = py(
+        &d,
+        &id,
+        &format!(
+            "import socket
+try:
+ s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+ s.sendto(bytes([8, 0, 0, 0, 0, 1, 0, 1]), ({EVIL:?}, 0)); print('sent')
+except Exception as e:
+ print('refused', type(e).__name__)"
+        ),
+    );
+    let t0 = std::time::Instant::now();
+    assert!(http(&d, &id, &format!("http://{EVIL}:80/")).starts_with("blocked"));
+    let udp_out = py(
+        &d,
+        &id,
+        &format!(
+            "import socket
+s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.sendto(b'x', ({EVIL:?}, 9999)); print('sent')"
+        ),
+    );
+    assert_eq!(udp_out, "sent");
+    assert!(resolve(&d, &id, "exfil.evil.test").starts_with("nxdomain"));
+    assert_eq!(http(&d, &id, "http://198.51.100.10:8080/"), "200");
+    let sent = t0.elapsed();
+
+    let want = |e: &Value, kind: &str, ip: &str, port: u64, allowed: bool| {
+        e["kind"] == kind && e["ip"] == ip && e["port"] == port && e["allowed"] == allowed
+    };
+    let mut log = Value::Null;
+    let found = common::poll(Duration::from_secs(1), Duration::from_millis(20), || {
+        log = d.get(&format!("/v1/sandboxes/{id}/egress")).1;
+        let entries = log["entries"].as_array().cloned().unwrap_or_default();
+        let all = entries.iter().any(|e| want(e, "tcp", EVIL, 80, false))
+            && entries.iter().any(|e| want(e, "udp", EVIL, 9999, false))
+            && entries.iter().any(|e| e["kind"] == "dns" && e["name"] == "exfil.evil.test" && e["allowed"] == false)
+            && entries.iter().any(|e| want(e, "tcp", NET, 8080, true))
+            && (icmp.starts_with("refused") || entries.iter().any(|e| want(e, "icmp", EVIL, 0, false)));
+        all.then_some(())
+    });
+    assert!(
+        found.is_some(),
+        "within 1 s of the last attempt ({sent:?} after the first), the audit lacks some: {log:#}"
+    );
+    let entries = log["entries"].as_array().cloned().unwrap_or_default();
+    let reason = |kind: &str, ip: &str, port: u64, allowed: bool| {
+        entries.iter().find(|e| want(e, kind, ip, port, allowed)).map(|e| e["reason"].to_string()).unwrap_or_default()
+    };
+    assert!(reason("tcp", NET, 8080, true).contains("allowed by rule 198.51.100.10/32 tcp/8080"), "{log:#}");
+    assert!(reason("tcp", EVIL, 80, false).contains("no rule allows"), "{log:#}");
+    // One entry per connection allowed, not per packet: the HTTP exchange is several.
+    assert_eq!(entries.iter().filter(|e| want(e, "tcp", NET, 8080, true)).count(), 1, "{log:#}");
+    // A sandbox process cannot open an ICMP socket at all (no CAP_NET_RAW, ping sockets off
+    // in its namespace): then there is nothing to log, and nothing left.
+    eprintln!("icmp attempt from the sandbox: {icmp}");
+
+    // A flood of denied packets: listed up to the rate, counted past it; the daemon's memory
+    // stays flat and the other server sees nothing.
+    let rss0 = rss_kib(d.pid());
+    let flood = py(
+        &d,
+        &id,
+        &format!(
+            "import socket
+s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+n=0
+for i in range(100000):
+ try:
+  s.sendto(b'f', ({EVIL:?}, 9998)); n+=1
+ except OSError:
+  pass
+print(n)"
+        ),
+    );
+    let flooded: u64 = flood.parse().unwrap_or_else(|_| panic!("flood: {flood}"));
+    assert!(flooded >= 90_000, "the sandbox sent {flooded} of 100000");
+    let mut log = Value::Null;
+    let counted = common::poll(Duration::from_secs(10), Duration::from_millis(100), || {
+        log = d.get(&format!("/v1/sandboxes/{id}/egress")).1;
+        let listed = log["entries"].as_array().map_or(0, |v| v.iter().filter(|e| e["port"] == 9998).count()) as u64;
+        let unlisted = log["unlisted"].as_u64().unwrap_or(0);
+        (listed + unlisted >= flooded / 2).then_some((listed, unlisted))
+    });
+    let (listed, unlisted) = counted.unwrap_or_else(|| panic!("the flood was not counted: {}", log["unlisted"]));
+    eprintln!("flood of {flooded}: {listed} listed, {unlisted} counted");
+    assert!(listed <= 2_000, "{listed} listed: the listing rate did not hold");
+    let rss1 = rss_kib(d.pid());
+    assert!(rss1 < rss0 + 32 * 1024, "daemon RSS grew from {rss0} to {rss1} KiB");
+    assert!(!inet.events().iter().any(|e| e["kind"] == "udp" && e["port"] == 9998), "a flooded packet left");
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn a_daemon_stopped_with_no_sandbox_left_leaves_no_firewall_table() {
     require_root!();

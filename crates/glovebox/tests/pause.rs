@@ -155,9 +155,11 @@ fn a_paused_sandbox_is_killed_at_once() {
 fn a_restart_keeps_a_paused_sandbox_paused_and_resumable() {
     require_root!();
     let mut d = Daemon::start();
-    let id = d.create(sandbox_body(json!({ "timeout_s": 600 })));
+    // `auto_resume: false`: requests do not wake it; the choice survives the restart.
+    let id = d.create(sandbox_body(json!({ "timeout_s": 600, "auto_resume": false })));
     let var = start_spinner(&d, &id);
     let paused = pause(&d, &id);
+    assert_eq!(paused["auto_resume"], json!(false), "{paused}");
     d.crash();
     assert!(frozen(&id), "the sandbox thawed when its daemon died");
     let d = d.restart();
@@ -177,6 +179,10 @@ fn a_restart_keeps_a_paused_sandbox_paused_and_resumable() {
     let (_, v) = d.get(&format!("/v1/sandboxes/{id}"));
     let expires = |v: &Value| v["expires_at"].as_str().unwrap_or_default().to_string();
     assert!(expires(&v) >= expires(&paused), "{} before {}", expires(&v), expires(&paused));
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/exec"), &json!({ "cmd": ["true"] }));
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("sandbox_paused")), "{v}");
+    assert_eq!(state(&d, &id), "paused", "a refused request woke it");
+    assert!(frozen(&id));
     resume(&d, &id);
     assert_eq!(ask_spinner(&d, &id), var);
     let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));

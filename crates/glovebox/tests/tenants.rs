@@ -71,6 +71,9 @@ fn tenants_see_and_touch_only_their_own_sandboxes() {
         (Method::GET, format!("/v1/sandboxes/{ida}/metrics"), None),
         (Method::GET, format!("/v1/sandboxes/{ida}/usage"), None),
         (Method::GET, format!("/v1/sandboxes/{ida}/egress"), None),
+        (Method::POST, format!("/v1/sandboxes/{ida}/pty"), Some(json!({"cols": 80, "rows": 24}))),
+        (Method::POST, format!("/v1/sandboxes/{ida}/pty/1/resize"), Some(json!({"cols": 80, "rows": 24}))),
+        (Method::GET, format!("/v1/sandboxes/{ida}/pty/1/ws"), None),
         (Method::DELETE, format!("/v1/sandboxes/{ida}"), None),
     ];
     for (m, path, body) in &probes {

@@ -17,6 +17,8 @@ def test_async_create_run_code_kill(daemon):
         sb = await AsyncSandbox.create(metadata={"client": "async"})
         try:
             assert (await sb.info()).metadata == {"client": "async"}
+            assert (await sb.set_metadata({"client": "async", "step": "2"})).metadata == {"client": "async", "step": "2"}
+            assert (await sb.set_idle_timeout(300)).idle_timeout == 300
             r = await sb.commands.run("echo hi")
             assert r.stdout == "hi\n"
             await sb.run_code("x = 41")
@@ -84,3 +86,29 @@ def test_async_context_manager_kills_on_exception(daemon):
     with pytest.raises(SandboxGoneError) as e:
         run(AsyncSandbox.connect(sid))
     assert e.value.reason == "killed"
+
+
+def test_async_pty(daemon):
+    async def main():
+        sb = await AsyncSandbox.create()
+        try:
+            t = await sb.pty.create(cols=81, rows=25, cmd="stty size; exit 6")
+            chunks = []
+            r = await t.wait(timeout=20, on_data=chunks.append)
+            assert r.exit_code == 6
+            assert b"25 81" in b"".join(chunks)
+            t = await sb.pty.create()
+            await t.resize(90, 20)
+            await t.send_input("stty size\n")
+            seen = b""
+            while b"20 90" not in seen:
+                b = await t.read(timeout=20)
+                assert b is not None, seen
+                seen += b
+            await t.disconnect()
+            await sb.pty.kill(t.id)
+            assert (await t.wait(timeout=20)).signal == 9
+        finally:
+            assert await sb.kill()
+
+    run(main())

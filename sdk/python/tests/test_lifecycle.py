@@ -80,6 +80,34 @@ def test_set_timeout(sb):
     assert time.monotonic() - t < 10
 
 
+def test_set_metadata_and_idle_timeout_live(daemon):
+    tag = secrets.token_hex(6)
+    sb = Sandbox.create(timeout=60, metadata={"suite": tag, "role": "a"})
+    try:
+        info = sb.set_metadata({"suite": tag, "role": "b"})
+        assert info.metadata == {"suite": tag, "role": "b"}
+        assert [s.id for s in Sandbox.list(metadata={"suite": tag, "role": "b"})] == [sb.id]
+        assert Sandbox.list(metadata={"suite": tag, "role": "a"}) == []
+        assert sb.set_idle_timeout(600).idle_timeout == 600
+        assert sb.info().metadata == {"suite": tag, "role": "b"}, "only what is given changes"
+        assert sb.set_idle_timeout(0).idle_timeout is None
+        with pytest.raises(glovebox.InvalidArgumentError):
+            sb.set_idle_timeout(10**9)
+        assert sb.info().idle_timeout is None, "a refused change changes nothing"
+        # A sandbox created without an idle clock gets one: idle that long, it ends.
+        sb.set_idle_timeout(1)
+        # Poll the list, not the sandbox: a request to the sandbox is activity.
+        end = time.monotonic() + 10
+        while any(i.id == sb.id for i in Sandbox.list()):
+            assert time.monotonic() < end, "not stopped 10 s after its new 1 s idle period"
+            time.sleep(0.2)
+        with pytest.raises(SandboxGoneError) as gone:
+            sb.info()
+        assert gone.value.reason == "idle"
+    finally:
+        sb.kill()
+
+
 def test_list_with_metadata_filter(daemon):
     tag = secrets.token_hex(6)
     with Sandbox.create(metadata={"suite": tag, "role": "a"}) as a, \

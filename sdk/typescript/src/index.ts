@@ -21,6 +21,12 @@ export type {
 } from "./sandbox.js";
 export { CommandHandle, Commands } from "./commands.js";
 export type { CommandInfo, CommandOptions, CommandResult, Signal } from "./commands.js";
+export { Pty, PtyHandle } from "./pty.js";
+export type { PtyCreateOptions } from "./pty.js";
+export { Volume } from "./volumes.js";
+export { Snapshot } from "./snapshots.js";
+export type { SnapshotInfo } from "./snapshots.js";
+export type { VolumeInfo, VolumeMount } from "./volumes.js";
 export { Files } from "./files.js";
 export type { FileInfo, FileType, ReadFormat, WriteData } from "./files.js";
 export { Execution, Result } from "./code.js";

@@ -6,10 +6,15 @@
 import { CodeInterpreter } from "./code.js";
 import type { CodeContext, Execution, Language, RunCodeOptions } from "./code.js";
 import { Commands } from "./commands.js";
+import { Pty } from "./pty.js";
 import { NotFoundError, NotSupportedError, SandboxGoneError } from "./errors.js";
 import { Files } from "./files.js";
 import { ApiClient, seg } from "./http.js";
 import type { ConnectionOptions } from "./http.js";
+import { snapshotFromWire } from "./snapshots.js";
+import type { SnapshotInfo, WireSnapshot } from "./snapshots.js";
+import { mountBody } from "./volumes.js";
+import type { VolumeMount } from "./volumes.js";
 
 /** The network policy of a sandbox. Today the daemon knows `deny-all` (loopback only). */
 export interface NetworkPolicy {
@@ -35,6 +40,10 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   idleTimeoutMs?: number;
   /** What the idle timeout does: `"kill"` (default) or `"pause"`. */
   onIdle?: "kill" | "pause" | "hibernate";
+  /** Volumes to mount (see `Volume`): `"data:/data"`, `"ref:/ref:ro"` or `{ name, path, readOnly }`. */
+  volumes?: VolumeMount[];
+  /** Start from one of your snapshots (its files are there at once; its template is used). */
+  snapshot?: string;
   signal?: AbortSignal;
 }
 
@@ -57,6 +66,14 @@ export interface SandboxInfo {
   network: NetworkPolicy;
   /** Why it ended, once it has. */
   reason?: string;
+  /** How long without activity before the idle clock acts (whole seconds); absent: no idle clock. */
+  idleTimeoutMs?: number;
+  /** The snapshot it started from (a fork's children: the fork's anonymous one). */
+  snapshot?: string;
+  /** The sandbox it was forked from. */
+  parentId?: string;
+  /** Its lineage, parent first (empty when not a fork's child). */
+  ancestors: string[];
 }
 
 /** One entry of a sandbox's egress audit log (shape defined by the daemon). */
@@ -101,6 +118,10 @@ interface WireSandbox {
   metadata: Record<string, string>;
   network: NetworkPolicy;
   reason?: string;
+  idle_timeout_s?: number | null;
+  snapshot?: string | null;
+  parent_id?: string | null;
+  ancestors?: string[];
 }
 
 function fromWire(w: WireSandbox): SandboxInfo {
@@ -118,8 +139,12 @@ function fromWire(w: WireSandbox): SandboxInfo {
     },
     metadata: w.metadata ?? {},
     network: w.network,
+    ancestors: w.ancestors ?? [],
   };
+  if (w.snapshot !== undefined && w.snapshot !== null) info.snapshot = w.snapshot;
+  if (w.parent_id !== undefined && w.parent_id !== null) info.parentId = w.parent_id;
   if (w.reason !== undefined && w.reason !== null) info.reason = w.reason;
+  if (w.idle_timeout_s !== undefined && w.idle_timeout_s !== null) info.idleTimeoutMs = w.idle_timeout_s * 1000;
   return info;
 }
 
@@ -135,6 +160,7 @@ export class Sandbox {
   readonly id: string;
   readonly commands: Commands;
   readonly files: Files;
+  readonly pty: Pty;
   readonly #api: ApiClient;
   readonly #code: CodeInterpreter;
   readonly #base: string;
@@ -145,6 +171,7 @@ export class Sandbox {
     this.#base = `/v1/sandboxes/${seg(id)}`;
     this.commands = new Commands(api, id);
     this.files = new Files(api, id);
+    this.pty = new Pty(api, id);
     this.#code = new CodeInterpreter(api, id);
   }
 
@@ -165,6 +192,8 @@ export class Sandbox {
     if (options.network !== undefined) body["network"] = options.network;
     if (options.idleTimeoutMs !== undefined) body["idle_timeout_s"] = seconds(options.idleTimeoutMs);
     if (options.onIdle !== undefined) body["on_idle"] = options.onIdle;
+    if (options.volumes !== undefined && options.volumes.length > 0) body["volumes"] = options.volumes.map(mountBody);
+    if (options.snapshot !== undefined) body["snapshot"] = options.snapshot;
     const w = await api.json<WireSandbox>("POST", "/v1/sandboxes", { json: body, signal: options.signal });
     return new Sandbox(api, w.id);
   }
@@ -219,6 +248,24 @@ export class Sandbox {
     );
   }
 
+  /** Replaces the sandbox's metadata (the whole set), live; list filters see it at once. */
+  async setMetadata(metadata: Record<string, string>): Promise<SandboxInfo> {
+    return this.#update({ metadata });
+  }
+
+  /**
+   * Sets the idle timeout to `ms` (whole seconds, rounded up), live: the idle clock uses it
+   * from its next check (measured from the last activity); 0 turns the idle clock off. What
+   * it does at the end (`onIdle`) stays as created.
+   */
+  async setIdleTimeout(ms: number): Promise<SandboxInfo> {
+    return this.#update({ idle_timeout_s: seconds(ms) });
+  }
+
+  async #update(body: { metadata?: Record<string, string>; idle_timeout_s?: number }): Promise<SandboxInfo> {
+    return fromWire(await this.#api.json<WireSandbox>("PATCH", this.#base, { json: body }));
+  }
+
   /**
    * Pauses the sandbox: its processes frozen (memory kept), its clocks stopped with the
    * lifetime left kept. Idempotent. Any command, file or code call resumes it.
@@ -227,9 +274,41 @@ export class Sandbox {
     return fromWire(await this.#api.json<WireSandbox>("POST", `${this.#base}/pause`));
   }
 
+  /**
+   * Snapshots the sandbox's files as `name` (frozen for the copy, thawed after unless paused).
+   * Processes and memory are not kept. `ConflictError` if the name is taken.
+   */
+  async snapshot(name: string): Promise<SnapshotInfo> {
+    return snapshotFromWire(await this.#api.json<WireSnapshot>("POST", `${this.#base}/snapshots`, { json: { name } }));
+  }
+
+  /**
+   * `count` (1-20) new sandboxes starting from this one's current files, each with a copy of
+   * its network policy, limits, environment and labels (`parentId`, `ancestors` in their
+   * info). Running processes are NOT copied: each child starts with nothing running.
+   */
+  async fork(count = 1): Promise<Sandbox[]> {
+    const r = await this.#api.json<{ sandboxes: WireSandbox[] }>("POST", `${this.#base}/fork`, { json: { count } });
+    return r.sandboxes.map((w) => new Sandbox(this.#api, w.id));
+  }
+
   /** Resumes a paused sandbox (its lifetime clock restarts with what was left). Idempotent. */
   async resume(): Promise<SandboxInfo> {
     return fromWire(await this.#api.json<WireSandbox>("POST", `${this.#base}/resume`));
+  }
+
+  /**
+   * Exposes `port` (a server listening inside the sandbox) and returns its preview URL,
+   * `http://PORT-ID.<domain>:<daemon port>/`: with the port's token in it (`?gb_token=`)
+   * unless `public`, in which case it needs no credential.
+   */
+  async expose(port: number, opts: { public?: boolean } = {}): Promise<string> {
+    const p = await this.#api.json<{ url: string; public: boolean; token: string }>(
+      "POST",
+      `${this.#base}/ports/${Math.trunc(port)}`,
+      { json: { public: opts.public ?? false } },
+    );
+    return p.public ? p.url : `${p.url}?gb_token=${p.token}`;
   }
 
   /** Destroys the sandbox and everything in it; `false` if it had already ended. */

@@ -113,6 +113,21 @@ describe("sandbox lifecycle", () => {
     });
   });
 
+  it("setMetadata and setIdleTimeout change a live sandbox", async () => {
+    const tag = `t${Date.now()}`;
+    await Sandbox.with({ timeoutMs: 60_000, metadata: { suite: tag, role: "a" } }, async (sb) => {
+      const info = await sb.setMetadata({ suite: tag, role: "b" });
+      assert.deepEqual(info.metadata, { suite: tag, role: "b" });
+      const listed = await Sandbox.list({ metadata: { suite: tag, role: "b" } });
+      assert.deepEqual(listed.map((s) => s.id), [sb.id]);
+      assert.equal((await sb.setIdleTimeout(600_000)).idleTimeoutMs, 600_000);
+      assert.deepEqual((await sb.info()).metadata, { suite: tag, role: "b" }, "only what is given changes");
+      assert.equal((await sb.setIdleTimeout(0)).idleTimeoutMs, undefined);
+      await assert.rejects(sb.setIdleTimeout(1e12), InvalidArgumentError);
+      assert.equal((await sb.info()).idleTimeoutMs, undefined, "a refused change changes nothing");
+    });
+  });
+
   it("pause stops the lifetime clock, resume and commands resume it", async () => {
     await Sandbox.with({ timeoutMs: 2000 }, async (sb) => {
       await sb.commands.run("echo kept > /tmp/state");

@@ -108,6 +108,11 @@ impl AgentClient {
         self.ok(&Request::Signal { id, signal }).await
     }
 
+    /// Sets terminal command `id`'s window size.
+    pub async fn resize(&self, id: u64, cols: u16, rows: u16) -> Result<(), AgentError> {
+        self.ok(&Request::Resize { id, cols, rows }).await
+    }
+
     /// Forgets finished command `id` and frees its output.
     pub async fn release(&self, id: u64) -> Result<(), AgentError> {
         self.ok(&Request::Release { id }).await

@@ -125,6 +125,11 @@ impl Session {
         Ok(self.w.flush().await?)
     }
 
+    /// Splits the session into its output and its input, to be used concurrently.
+    pub fn split(self) -> (SessionOutput, SessionInput) {
+        (SessionOutput { r: self.r }, SessionInput { w: self.w })
+    }
+
     /// The next chunk of output (`Output::Stdout` or `Output::Stderr`); `None` once the
     /// command exited.
     pub async fn read(&mut self) -> Result<Option<Output>, AgentError> {
@@ -137,5 +142,47 @@ impl Session {
                 Some(_) => {}
             }
         }
+    }
+}
+
+/// The output half of a [`Session`].
+pub struct SessionOutput {
+    r: Reader,
+}
+
+impl SessionOutput {
+    /// The next chunk of output, or `Output::Exited` (the last); `None` when the agent ended
+    /// the session without an exit (another session took the command over).
+    pub async fn next(&mut self) -> Result<Option<Output>, AgentError> {
+        loop {
+            match self.r.next().await? {
+                Some((Kind::Stdout, b)) => return Ok(Some(Output::Stdout(b))),
+                Some((Kind::Stderr, b)) => return Ok(Some(Output::Stderr(b))),
+                Some((Kind::Json, b)) => {
+                    return match serde_json::from_slice::<Event>(&b) {
+                        Ok(Event::Exited(e)) => Ok(Some(Output::Exited(e))),
+                        _ => match serde_json::from_slice::<Reply>(&b) {
+                            Ok(Reply::Error { code, message }) => Err(AgentError::Refused { code, message }),
+                            _ => Err(AgentError::Unexpected("unexpected message in a session")),
+                        },
+                    }
+                }
+                None => return Ok(None),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// The input half of a [`Session`].
+pub struct SessionInput {
+    w: Writer,
+}
+
+impl SessionInput {
+    /// Writes to the command's stdin (a terminal's input).
+    pub async fn write(&mut self, data: &[u8]) -> Result<(), AgentError> {
+        self.w.data(Kind::Stdin, data).await?;
+        Ok(self.w.flush().await?)
     }
 }

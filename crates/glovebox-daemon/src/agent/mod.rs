@@ -19,7 +19,7 @@ mod tests;
 use std::time::Duration;
 
 pub use client::{AgentClient, DirWatch, FileReader, NewFile, Upload};
-pub use command::{Output, OutputStream, Running, Session, StdinWriter};
+pub use command::{Output, OutputStream, Running, Session, SessionInput, SessionOutput, StdinWriter};
 pub use error::{AgentError, Op};
 
 /// How long the daemon waits for any single reply of an agent (a hung or hostile agent must

@@ -26,11 +26,18 @@ pub(crate) struct Fake {
     next: AtomicU32,
     /// Every sandbox booted, for tests to reach into (e.g. to kill an agent).
     pub booted: Mutex<Vec<Arc<Agent>>>,
+    /// The limits of every boot, in order (a disk-backed one is `!jail::in_memory`).
+    pub boot_limits: Mutex<Vec<Limits>>,
 }
 
 impl Fake {
     pub(crate) fn new(dir: &Path) -> Fake {
-        Fake { dir: dir.to_path_buf(), next: AtomicU32::new(1), booted: Mutex::default() }
+        Fake {
+            dir: dir.to_path_buf(),
+            next: AtomicU32::new(1),
+            booted: Mutex::default(),
+            boot_limits: Mutex::default(),
+        }
     }
 
     /// The booted sandbox `id`'s agent.
@@ -81,7 +88,8 @@ struct FakeInstance {
 }
 
 impl Backend for Fake {
-    fn boot(&self, _: &Spec) -> Result<Box<dyn Instance>> {
+    fn boot(&self, spec: &Spec) -> Result<Box<dyn Instance>> {
+        lock(&self.boot_limits).push(spec.limits.clone());
         let n = self.next.fetch_add(1, Ordering::AcqRel);
         let id = format!("fake{n:04}");
         let dir = self.dir.join(&id);
@@ -188,6 +196,10 @@ impl Instance for FakeInstance {
     fn freeze(&self) -> Result<()> {
         self.agent.frozen.store(true, Ordering::Release);
         Ok(())
+    }
+
+    fn writable_layer(&self) -> Option<super::WritableLayer> {
+        None
     }
 
     fn thaw(&self) -> Result<()> {

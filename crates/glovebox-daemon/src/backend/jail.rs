@@ -54,8 +54,13 @@ pub struct Jail {
     skel: PathBuf,
     /// The commands' seccomp filter, compiled once for every sandbox's agent.
     seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    /// The agent's own seccomp filter, compiled once for every sandbox's agent.
+    agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     /// Network namespaces made ahead of the sandboxes that will use them.
     netns: Arc<NetnsPool>,
+    /// Where disk-backed sandboxes' images are made (on the data dir's disk; each is
+    /// unlinked once its sandbox has it mounted, so it lives exactly as long as the sandbox).
+    disks: std::result::Result<PathBuf, String>,
 }
 
 /// The cgroup limits for a sandbox's limits.
@@ -118,8 +123,31 @@ impl Jail {
                     None
                 }
             },
+            agent_seccomp: match glovebox_jail::seccomp::compile_agent() {
+                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+                Err(e) => {
+                    tracing::warn!("agent seccomp: {e}; each agent compiles its own");
+                    None
+                }
+            },
             netns: Arc::new(NetnsPool::new(work)),
+            disks: Err("no directory for disk images was given".into()),
         })
+    }
+
+    /// Makes disk-backed sandboxes' images in `dir` (created, root-only). If it cannot be made
+    /// (e.g. a full data dir) the daemon still runs: a disk larger than fits in memory is then
+    /// refused, saying why.
+    pub fn with_disks(mut self, dir: PathBuf) -> Jail {
+        let made = fs::create_dir_all(&dir).and_then(|()| fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)));
+        self.disks = match made {
+            Ok(()) => Ok(dir),
+            Err(e) => {
+                tracing::warn!("disk-backed sandboxes unavailable: {}: {e}", dir.display());
+                Err(format!("{}: {e}", dir.display()))
+            }
+        };
+        self
     }
 
     /// The jail config for one sandbox: the one place a [`Spec`] becomes a jail.
@@ -143,8 +171,11 @@ impl Jail {
             command_cgroup: Some(shell.cgroup.command_parent()),
             pids: l.pids,
             seccomp: self.seccomp.clone(),
+            agent_seccomp: self.agent_seccomp.clone(),
             netns: netns.map(|fd| PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd()))),
             resolv_conf: ahead.then(|| crate::net::resolv_conf(shell.slot.index)),
+            volumes: spec.volumes.clone(),
+            disk_image: None,
         }
     }
 }
@@ -196,13 +227,30 @@ impl Backend for Jail {
             }
         }
         let netns = netns.or_else(|| self.netns.take());
-        let jc = self.config(spec, &shell, netns.as_ref(), ahead);
-        let log = fs::File::create(shell.dir.join("agent.log"));
-        let launched = log
-            .map_err(|e| Error::Internal(format!("agent log: {e}")))
-            .and_then(|log| self.launcher.launch(&jc, log).map_err(|e| Error::Start(e.to_string())));
-        // The jailer joined it before reporting ready (or failed): ours can go.
+        let mut jc = self.config(spec, &shell, netns.as_ref(), ahead);
+        let image = match (in_memory(&spec.limits) || spec.upper.is_some(), &self.disks) {
+            (true, _) => Ok(None),
+            (false, Ok(dir)) => make_disk_image(dir, &shell.id, spec.limits.disk_mb).map(Some),
+            (false, Err(why)) => Err(Error::Unavailable(format!(
+                "resources.disk_mb {} does not fit in memory, and disk-backed sandboxes are unavailable on this \
+                 daemon ({why})",
+                spec.limits.disk_mb
+            ))),
+        };
+        let launched = image.and_then(|img| {
+            jc.disk_image = img;
+            let log = fs::File::create(shell.dir.join("agent.log"));
+            log.map_err(|e| Error::Internal(format!("agent log: {e}")))
+                .and_then(|log| self.launcher.launch(&jc, log).map_err(|e| Error::Start(e.to_string())))
+        });
+        // The jailer joined it before reporting ready (or failed): ours can go. So can the
+        // image's name: its mount holds it (and frees its blocks when the sandbox is gone).
         drop(netns);
+        if let Some(img) = &jc.disk_image {
+            if let Err(e) = fs::remove_file(img) {
+                tracing::warn!(sandbox = %shell.id, "unlink disk image: {e}");
+            }
+        }
         let pid = match launched {
             Ok(p) => p,
             Err(e) => {
@@ -283,6 +331,9 @@ impl Backend for Jail {
     }
 
     fn sweep(&self) {
+        if let Ok(d) = &self.disks {
+            sweep_disk_images(d);
+        }
         let (h, dir) = (&self.host, &self.host.sandboxes);
         // Slot files naming a sandbox that has no directory (a crash between taking the slot
         // and making the directory, or at the end of a teardown): free them.
@@ -472,6 +523,75 @@ fn refill_linked(host: &Arc<Host>) {
     });
 }
 
+/// Whether the writable layer of a sandbox with `l` is the in-memory tmpfs: its `disk_mb`
+/// fits there. Otherwise it is an ext4 image on the host's disk, of exactly `disk_mb`.
+pub fn in_memory(l: &Limits) -> bool {
+    l.disk_mb << 20 <= disk_bytes(l)
+}
+
+/// Makes the disk image of sandbox `id`: a sparse file of `mb` MiB in `dir` with an ext4
+/// filesystem (no journal: the layer lives as long as the sandbox; no reserved blocks: the
+/// cap is the size asked for). Named after this process, so a sweep can tell a crashed
+/// daemon's leftovers from another live daemon's images in flight.
+fn make_disk_image(dir: &Path, id: &str, mb: u64) -> Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Sparse, so not reserved: but a disk the host could not hold even empty is refused.
+    let free_mb = rustix::fs::statvfs(dir).map(|s| s.f_bavail.saturating_mul(s.f_frsize) >> 20).unwrap_or(u64::MAX);
+    if mb > free_mb {
+        return Err(Error::Invalid(format!(
+            "resources.disk_mb {mb} does not fit in memory and is more than the host's free disk ({free_mb} MiB) \
+             for disk-backed sandboxes"
+        )));
+    }
+    let img = dir.join(format!("{}-{id}.ext4", std::process::id()));
+    let made = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&img)
+        .and_then(|f| f.set_len(mb << 20))
+        .map_err(internal("disk image"))
+        .and_then(|()| {
+            let out = std::process::Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "root_owner=0:0"])
+                .arg(&img)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| Error::Start(format!("mkfs.ext4 (install e2fsprogs for disk-backed sandboxes): {e}")))?;
+            match out.status.success() {
+                true => Ok(()),
+                false => Err(Error::Start(format!(
+                    "mkfs.ext4 of the sandbox's disk failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))),
+            }
+        });
+    match made {
+        Ok(()) => Ok(img),
+        Err(e) => {
+            let _ = fs::remove_file(&img);
+            Err(e)
+        }
+    }
+}
+
+/// Removes disk images that no live daemon is making (one that crashed between the image's
+/// mkfs and its sandbox's start; a started sandbox's image is already unlinked).
+fn sweep_disk_images(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists()) {
+            continue;
+        }
+        match fs::remove_file(e.path()) {
+            Ok(()) => tracing::info!("removed a leftover sandbox disk image {name}"),
+            Err(err) => tracing::warn!("leftover sandbox disk image {name}: {err}"),
+        }
+    }
+}
+
 fn internal(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::Internal(format!("{what}: {e}"))
 }
@@ -481,10 +601,10 @@ fn shm_bytes(l: &Limits) -> u64 {
     ((l.memory_mb << 20) / 4).min(64 << 20)
 }
 
-/// Size of the writable layer. It is a tmpfs whose pages are charged to the sandbox's memory
-/// cgroup, so it is capped below the memory budget (minus /dev/shm and an eighth for the
-/// processes themselves): filling the disk then fails with ENOSPC instead of waking the OOM
-/// killer. A disk-backed upper layer will lift this.
+/// Size of the in-memory writable layer. It is a tmpfs whose pages are charged to the
+/// sandbox's memory cgroup, so it is capped below the memory budget (minus /dev/shm and an
+/// eighth for the processes themselves): filling the disk then fails with ENOSPC instead of
+/// waking the OOM killer. A larger disk is disk-backed (see [`in_memory`]).
 pub fn disk_bytes(l: &Limits) -> u64 {
     let mem = l.memory_mb << 20;
     let room = mem.saturating_sub(shm_bytes(l) + (mem / 8).max(8 << 20));

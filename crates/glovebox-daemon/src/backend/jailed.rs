@@ -89,6 +89,15 @@ impl Instance for Jailed {
         self.cgroup.freeze().map_err(|e| Error::Internal(format!("freeze sandbox {}: {e}", self.id)))
     }
 
+    fn writable_layer(&self) -> Option<super::WritableLayer> {
+        // PID 1 holds it open (`glovebox_jail::jailer::UPPER_FD`); the pidfd check after the
+        // open (see `snapshots::capture`) makes sure the pid was not recycled meanwhile.
+        Some(super::WritableLayer {
+            path: PathBuf::from(format!("/proc/{}/fd/{}", self.pid, glovebox_jail::jailer::UPPER_FD)),
+            uid_base: self.slot.uid_base(),
+        })
+    }
+
     fn thaw(&self) -> Result<()> {
         self.cgroup.thaw().map_err(|e| Error::Internal(format!("thaw sandbox {}: {e}", self.id)))
     }

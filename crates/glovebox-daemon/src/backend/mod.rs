@@ -39,6 +39,8 @@ pub struct Spec {
     pub background: bool,
     /// Its policy needs a network link: a namespace linked ahead is used if one is ready.
     pub link: bool,
+    /// Volumes bound into its root (host mounts the manager holds for it).
+    pub volumes: Vec<glovebox_jail::config::Volume>,
 }
 
 /// One running sandbox as its backend holds it.
@@ -71,11 +73,23 @@ pub trait Instance: Send + Sync {
     fn freeze(&self) -> Result<()>;
     /// Lets a frozen sandbox run again (resume); a no-op on one not frozen.
     fn thaw(&self) -> Result<()>;
+    /// Where the host reads the sandbox's writable layer (for a snapshot), and the first host
+    /// uid of its range (its files' owners are shifted by it); `None` where the tier cannot
+    /// show it. The tree is the sandbox's: walk it without following anything in it.
+    fn writable_layer(&self) -> Option<WritableLayer>;
     /// Kills everything in the sandbox (frozen or not) and waits (bounded) for it to be gone; false when it
     /// was not seen gone, and [`Instance::release`] must end the rest. Blocking.
     fn kill(&self) -> bool;
     /// Removes what a killed sandbox leaves on the host. Blocking.
     fn release(&self, gone: bool) -> std::result::Result<(), String>;
+}
+
+/// A sandbox's writable layer as the host reaches it: `path` holds `root/` and `usr/`
+/// (and `etc/` for a flat root), each an overlay upper (or a flat root's own tree).
+#[derive(Debug, Clone)]
+pub struct WritableLayer {
+    pub path: PathBuf,
+    pub uid_base: u32,
 }
 
 /// A sandbox a previous daemon left, as found on the host.

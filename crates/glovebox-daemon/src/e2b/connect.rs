@@ -97,9 +97,10 @@ impl From<Error> for RpcError {
             Error::Invalid(_) => Code::InvalidArgument,
             Error::SandboxNotFound(_) | Error::Gone { .. } => Code::Unavailable,
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => Code::NotFound,
-            Error::Conflict(_) => Code::FailedPrecondition,
+            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) => Code::FailedPrecondition,
             Error::Unavailable(_) | Error::Quota(_) => Code::ResourceExhausted,
             Error::HibernateUnavailable(_) => Code::Unimplemented,
+            Error::SnapshotFailed(_) => Code::FailedPrecondition,
             Error::File { code, .. } => match code {
                 C::NotFound => Code::NotFound,
                 C::AlreadyExists => Code::AlreadyExists,

@@ -35,14 +35,13 @@ pub fn routes() -> Router<E2b> {
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/sandboxes/{id}/resume", post(resume))
-        .route("/sandboxes/{id}/fork", post(unsupported))
-        .route("/sandboxes/{id}/snapshots", post(unsupported))
+        .route("/sandboxes/{id}/fork", post(fork))
         .route("/sandboxes/{id}/refreshes", post(unsupported))
 }
 
 /// The control plane's error mapping: a gone sandbox is a plain 404 here (the SDKs turn it
 /// into their not-found exceptions).
-fn cp_error(e: Error) -> RestError {
+pub(super) fn cp_error(e: Error) -> RestError {
     match e {
         Error::SandboxNotFound(id) | Error::Gone { id, .. } => {
             RestError::new(StatusCode::NOT_FOUND, format!("sandbox \"{id}\" not found"))
@@ -59,7 +58,7 @@ fn cp_error(e: Error) -> RestError {
 
 /// Checks the key and that its caller may address sandbox `id` (someone else's sandbox is
 /// answered like one that never existed).
-fn caller_for(st: &E2b, h: &HeaderMap, id: &str) -> Result<Caller, RestError> {
+pub(super) fn caller_for(st: &E2b, h: &HeaderMap, id: &str) -> Result<Caller, RestError> {
     let caller = check_api_key(st, h)?;
     crate::http::authorize(&st.app.manager, &caller, id)
         .map_err(|_| cp_error(Error::SandboxNotFound(id.to_string())))?;
@@ -67,7 +66,7 @@ fn caller_for(st: &E2b, h: &HeaderMap, id: &str) -> Result<Caller, RestError> {
 }
 
 /// A JSON body, with E2B's 400 shape for a malformed one.
-fn body<T: for<'de> Deserialize<'de> + Default>(b: &Bytes) -> Result<T, RestError> {
+pub(super) fn body<T: for<'de> Deserialize<'de> + Default>(b: &Bytes) -> Result<T, RestError> {
     if b.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -99,8 +98,17 @@ struct NewSandbox {
     allow_internet_access: Option<bool>,
     network: Option<NetworkConfig>,
     auto_pause: Option<bool>,
-    mcp: Option<Value>,
+    /// `lifecycle.keep_memory`: `false` asks for a filesystem-only pause.
+    auto_pause_memory: Option<bool>,
+    /// `lifecycle.auto_resume`: whether traffic to a paused sandbox resumes it.
+    auto_resume: Option<AutoResume>,
     volume_mounts: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AutoResume {
+    enabled: bool,
 }
 
 /// E2B template names to Glovebox's.
@@ -169,10 +177,20 @@ fn network_view(np: &NetworkPolicy) -> Value {
     json!({ "allowOut": allow, "denyOut": deny })
 }
 
-/// The body create and connect answer with.
-fn created(st: &E2b, s: &Sandbox) -> Value {
+/// The body create and connect answer with. `domain` is the daemon's preview domain with
+/// the port the request came in on, so the SDKs' `get_host(port)` (`{port}-{id}.{domain}`)
+/// names the daemon's preview host of that port.
+fn created(st: &E2b, s: &Sandbox, h: &HeaderMap) -> Value {
     let token = st.token_for(&s.id);
+    let daemon = h.get(axum::http::header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let listen_port = daemon.rsplit_once(':').map(|(_, p)| p).filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
+    let preview = st.app.manager.ports.domain();
+    let domain = match listen_port {
+        Some(p) => format!("{preview}:{p}"),
+        None => preview.to_string(),
+    };
     json!({
+        "domain": domain,
         "sandboxID": s.id,
         "templateID": s.template,
         "clientID": "glovebox",
@@ -201,9 +219,10 @@ fn listed(s: &Sandbox) -> Value {
 async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Response, RestError> {
     let caller = check_api_key(&st, &h)?;
     let req: NewSandbox = body(&b)?;
-    if req.mcp.as_ref().is_some_and(|m| !m.is_null()) {
-        return Err(RestError::new(StatusCode::BAD_REQUEST, "MCP gateways are not supported by Glovebox"));
-    }
+    // `mcp` (not read here) configures the gateway a template ships (E2B's `mcp-gateway` template); the SDK
+    // starts it itself right after create (`mcp-gateway --config …` in the sandbox). No
+    // Glovebox template ships one, so that start fails and the SDK kills the sandbox and
+    // raises "Failed to start MCP gateway: …", as E2B does for a template without it.
     if req.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
         return Err(RestError::new(StatusCode::BAD_REQUEST, "volumes are not supported by Glovebox"));
     }
@@ -212,8 +231,16 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
     // autoPause: at the end of `timeout` without activity the sandbox is paused, not killed
     // (its lifetime is then the longest there is).
     let auto_pause = req.auto_pause == Some(true);
+    if auto_pause && req.auto_pause_memory == Some(false) {
+        return Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            "a filesystem-only pause (keep_memory: false) is not supported by Glovebox: a pause keeps the memory",
+        ));
+    }
+    // A snapshot id starts the sandbox on that snapshot (its files, its template).
+    let snapshot = super::snapshots::snapshot_name(&req.template_id)?.map(str::to_string);
     let create = CreateSandbox {
-        template: Some(template_name(&req.template_id).to_string()),
+        template: snapshot.is_none().then(|| template_name(&req.template_id).to_string()),
         timeout_s: Some(if auto_pause { glovebox_proto::api::MAX_TIMEOUT_S } else { timeout }),
         resources: Default::default(),
         env: req.env_vars.unwrap_or_default(),
@@ -221,10 +248,22 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         network,
         idle_timeout_s: auto_pause.then_some(timeout),
         on_idle: auto_pause.then_some(glovebox_proto::api::OnIdle::Pause),
+        volumes: Vec::new(),
+        // E2B resumes a paused sandbox on traffic only when asked to (`auto_resume`); an
+        // explicit `connect` always does.
+        auto_resume: Some(req.auto_resume.is_some_and(|a| a.enabled)),
+        snapshot: snapshot.clone(),
     };
-    crate::builds::ensure_shipped(&st.app.manager, template_name(&req.template_id)).map_err(cp_error)?;
-    let sb = st.app.manager.create_for(&caller.tenant, create).await.map_err(cp_error)?;
-    Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view()))).into_response())
+    if snapshot.is_none() {
+        crate::builds::ensure_shipped(&st.app.manager, template_name(&req.template_id)).map_err(cp_error)?;
+    }
+    let sb = st
+        .app
+        .manager
+        .create_for(&caller.tenant, create)
+        .await
+        .map_err(|e| super::snapshots::create_error(&req.template_id, e))?;
+    Ok((StatusCode::CREATED, axum::Json(created(&st, &sb.view(), &h))).into_response())
 }
 
 /// `a=b&c=d` (E2B's `metadata` query: pairs, each side percent-encoded once more).
@@ -271,14 +310,7 @@ async fn list(
     let filters = q.get("metadata").map(|m| metadata_filter(m)).unwrap_or_default();
     let states: Option<Vec<&str>> = q.get("state").map(|s| s.split(',').map(str::trim).collect());
     let template = q.get("template").map(|t| template_name(t).to_string());
-    let limit = match q.get("limit") {
-        Some(l) => l
-            .parse::<usize>()
-            .ok()
-            .filter(|l| *l > 0)
-            .ok_or_else(|| RestError::new(StatusCode::BAD_REQUEST, "limit must be a positive integer"))?,
-        None => usize::MAX,
-    };
+    let limit = page_limit(&q)?;
     let started_after = match q.get("startedAfter") {
         Some(t) => Some(
             crate::util::parse_rfc3339(t)
@@ -348,7 +380,25 @@ async fn set_timeout(
     let Some(secs) = t.timeout else {
         return Err(RestError::new(StatusCode::BAD_REQUEST, "timeout is required"));
     };
-    st.app.manager.set_timeout(&id, secs).map_err(cp_error)?;
+    let sb = st.app.manager.get(&id).map_err(cp_error)?;
+    if sb.on_idle == glovebox_proto::api::OnIdle::Pause {
+        // An auto-pause sandbox's E2B timeout is its idle clock (see `create`); 0 means "time
+        // out now", which pauses it.
+        if secs == 0 {
+            let m = st.app.manager.clone();
+            tokio::task::spawn_blocking(move || m.pause_sb(&sb))
+                .await
+                .map_err(|e| RestError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("pause: {e}")))?
+                .map_err(cp_error)?;
+        } else {
+            st.app.manager.update(&id, None, Some(secs)).map_err(cp_error)?;
+        }
+    } else if secs == 0 {
+        // "Time out now": the sandbox ends as its lifetime clock would end it.
+        st.app.manager.destroy(&id, EndReason::Timeout).await;
+    } else {
+        st.app.manager.set_timeout(&id, secs).map_err(cp_error)?;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -373,7 +423,7 @@ async fn pause(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>) -> R
 /// answers its connection details (201).
 async fn resume(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
     let (s, _) = wake(&st, &h, &id, &b)?;
-    Ok((StatusCode::CREATED, axum::Json(created(&st, &s))).into_response())
+    Ok((StatusCode::CREATED, axum::Json(created(&st, &s, &h))).into_response())
 }
 
 /// `connect`: the sandbox's connection details, resuming it if it was paused (201, else
@@ -381,7 +431,7 @@ async fn resume(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: 
 async fn connect(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
     let (s, resumed) = wake(&st, &h, &id, &b)?;
     let status = if resumed { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, axum::Json(created(&st, &s))).into_response())
+    Ok((status, axum::Json(created(&st, &s, &h))).into_response())
 }
 
 /// Resumes the sandbox `id` if paused (whether it was) and applies the body's `timeout`.
@@ -459,7 +509,47 @@ async fn metrics(
 
 async fn unsupported(State(st): State<E2b>, h: HeaderMap) -> Result<Response, RestError> {
     check_api_key(&st, &h)?;
-    Err(RestError::new(StatusCode::NOT_IMPLEMENTED, "fork and snapshots are not supported by Glovebox"))
+    Err(RestError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "refreshes are not supported by Glovebox (set_timeout extends a sandbox's life)",
+    ))
+}
+
+/// E2B's fork body: children's lifetime in seconds, and how many.
+#[derive(Debug, Default, Deserialize)]
+struct ForkBody {
+    timeout: Option<u64>,
+    count: Option<u32>,
+}
+
+/// `fork`: the native fork (files, policy, limits, env and labels copied; processes are not),
+/// answered as E2B's list of `{sandbox}` results (201). All or nothing here: a child that
+/// cannot start fails the whole request.
+async fn fork(State(st): State<E2b>, h: HeaderMap, Path(id): Path<String>, b: Bytes) -> Result<Response, RestError> {
+    let caller = caller_for(&st, &h, &id)?;
+    let f: ForkBody = body(&b)?;
+    let (_, kids) = st.app.manager.fork(&caller.tenant, &id, f.count.unwrap_or(1)).await.map_err(cp_error)?;
+    let mut out = Vec::new();
+    for k in kids {
+        let s = match f.timeout {
+            Some(secs) => st.app.manager.set_timeout(&k.id, secs).map_err(cp_error)?.view(),
+            None => k.view(),
+        };
+        out.push(json!({ "sandbox": created(&st, &s, &h) }));
+    }
+    Ok((StatusCode::CREATED, axum::Json(Value::Array(out))).into_response())
+}
+
+/// A listing's `limit` query parameter: a positive integer, unbounded when absent.
+pub(super) fn page_limit(q: &BTreeMap<String, String>) -> Result<usize, RestError> {
+    match q.get("limit") {
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or_else(|| RestError::new(StatusCode::BAD_REQUEST, "limit must be a positive integer")),
+        None => Ok(usize::MAX),
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ mod control;
 mod filesystem;
 mod gzip;
 mod process;
+mod snapshots;
 mod watch;
 
 use std::collections::HashMap;
@@ -74,7 +75,10 @@ impl E2b {
         if t.len() > 2 * self.app.manager.live_count() + 16 {
             t.retain(|id, _| self.app.manager.get(id).is_ok());
         }
-        t.entry(id.to_string()).or_insert_with(|| format!("gbe2b_{}", random_token(32))).clone()
+        let token = t.entry(id.to_string()).or_insert_with(|| format!("gbe2b_{}", random_token(32))).clone();
+        // It is also the traffic access token: it opens the sandbox's exposed ports.
+        self.app.manager.ports.grant(id, &token);
+        token
     }
 
     fn token_is(&self, id: &str, given: &str) -> bool {
@@ -94,6 +98,7 @@ pub fn router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::disable());
     Router::new()
         .merge(control::routes())
+        .merge(snapshots::routes())
         .merge(rpc)
         .merge(files)
         .route("/health", get(health))
@@ -151,10 +156,11 @@ impl From<Error> for RestError {
             Error::Invalid(_) => StatusCode::BAD_REQUEST,
             Error::SandboxNotFound(id) | Error::Gone { id, .. } => return RestError::sandbox_gone(id),
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => StatusCode::NOT_FOUND,
-            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) => StatusCode::CONFLICT,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::HibernateUnavailable(_) => StatusCode::NOT_IMPLEMENTED,
+            Error::SnapshotFailed(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::File { code, .. } => match code {
                 C::NotFound => StatusCode::NOT_FOUND,
                 C::AlreadyExists | C::NotEmpty => StatusCode::CONFLICT,
@@ -220,9 +226,17 @@ impl<const PORT: u16> FromRequestParts<E2b> for At<PORT> {
                 check_file_signature(st, Some(id), parts)?;
             }
         }
-        // Any request that reaches a paused sandbox resumes it first.
-        st.app.manager.resume_sb(&sb)?;
-        Ok(At(sb))
+        // A request that reaches a paused sandbox resumes it first when it was created with
+        // `lifecycle.auto_resume`; otherwise E2B's proxy answers 502 (the SDK's `is_running`
+        // reads that as "not running") until `connect` resumes it.
+        match st.app.manager.wake_for_request(&sb) {
+            Ok(()) => Ok(At(sb)),
+            Err(Error::Paused(_)) => Err(RestError::new(
+                StatusCode::BAD_GATEWAY,
+                format!("The sandbox {id} is paused: connect to it (Sandbox.connect) to resume it"),
+            )),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

@@ -6,6 +6,10 @@
 //! (`Connect-Timeout-Ms`, the SDKs' `timeout=`) becomes the command's own timeout, so a
 //! command that outlives it is killed with everything it spawned, a little before the
 //! client gives up, and the stream ends with `deadline_exceeded`.
+//!
+//! A process started with `pty` runs on a pseudo-terminal (an agent terminal command): its
+//! output is one `pty` byte stream read through the agent's session (which a `Connect` takes
+//! over), its input is written to the terminal, and `Update` resizes it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +22,7 @@ use axum::Extension;
 use base64::Engine;
 use futures_util::StreamExt;
 use glovebox_proto::agent::{Command, ExitStatus};
-use glovebox_proto::api::{Encoding, ExecRequest, TimeBudget};
+use glovebox_proto::api::{Encoding, ExecRequest, PtyRequest, TimeBudget};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -47,8 +51,29 @@ struct ProcessConfig {
 #[serde(default)]
 struct StartRequest {
     process: ProcessConfig,
-    pty: Option<Value>,
+    pty: Option<Pty>,
     stdin: Option<bool>,
+}
+
+/// envd's `PTY` message.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Pty {
+    size: PtySize,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PtySize {
+    cols: u32,
+    rows: u32,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct UpdateRequest {
+    process: Selector,
+    pty: Option<Pty>,
 }
 
 #[derive(Deserialize, Default)]
@@ -118,7 +143,10 @@ pub async fn rpc(
             Err(e) => Err(e),
         }),
         "StreamInput" => connect::stream_error(unsupported("streaming stdin")),
-        "Update" => connect::unary_response::<Value>(Err(unsupported("PTY"))),
+        "Update" => connect::unary_response(match connect::unary_request::<UpdateRequest>(&h, &body) {
+            Ok(req) => update(&m, &sb, req).await,
+            Err(e) => Err(e),
+        }),
         _ => connect::unary_response::<Value>(Err(RpcError::new(Code::Unimplemented, format!("no method {method}")))),
     }
 }
@@ -146,15 +174,26 @@ async fn start(
     req: StartRequest,
     reset: Option<ResetOnClose>,
 ) -> Response {
-    if req.pty.is_some() {
-        return connect::stream_error(unsupported("PTY"));
-    }
     let p = req.process;
     if p.cmd.is_empty() {
         return connect::stream_error(RpcError::new(Code::InvalidArgument, "process.cmd must not be empty"));
     }
     let mut argv = vec![p.cmd];
     argv.extend(p.args);
+    if let Some(pty) = req.pty {
+        let pty_req = PtyRequest {
+            cmd: Some(Command::Argv(argv)),
+            cols: pty.size.cols,
+            rows: pty.size.rows,
+            cwd: p.cwd.as_deref().map(sandbox_path),
+            env: p.envs,
+        };
+        let timeout = connect::timeout_ms(h).map_or(TimeBudget::UNBOUNDED, command_timeout);
+        return match ops::pty_start(&m, &sb, pty_req, timeout).await {
+            Ok(started) => pty_events(m, sb, started.id, started.pid, reset).await,
+            Err(e) => connect::stream_error(e.into()),
+        };
+    }
     let exec = ExecRequest {
         cmd: Command::Argv(argv),
         cwd: p.cwd.as_deref().map(sandbox_path),
@@ -183,9 +222,77 @@ async fn start(
 /// `Connect`: follows a running process (its kept output first).
 async fn follow(m: Arc<Manager>, sb: Arc<Sb>, sel: Selector, reset: Option<ResetOnClose>) -> Response {
     match command_of(&m, &sb, &sel).await {
-        Ok((id, pid)) => events(m, sb, id, pid, reset).await,
+        Ok(c) if c.pty => pty_events(m, sb, c.id, c.pid, reset).await,
+        Ok(c) => events(m, sb, c.id, c.pid, reset).await,
         Err(e) => connect::stream_error(e),
     }
+}
+
+/// The event stream of terminal command `id` from now on (the terminal is taken over from
+/// any earlier stream): start, `pty` output, end.
+async fn pty_events(m: Arc<Manager>, sb: Arc<Sb>, id: u64, pid: i32, reset: Option<ResetOnClose>) -> Response {
+    let session = match ops::pty_attach(&m, &sb, id).await {
+        Ok(s) => s,
+        Err(e) => return connect::stream_error(e.into()),
+    };
+    let (mut output, input) = session.split();
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(32);
+    tokio::spawn(async move {
+        // Held for the stream's life: the agent ends a session whose input side closes.
+        let _input = input;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        if tx.send(Ok(connect::envelope(&json!({ "event": { "start": { "pid": pid } } })))).await.is_err() {
+            return;
+        }
+        loop {
+            let item = match output.next().await.map_err(ops::failed(&m, &sb, Op::Output(id))) {
+                Ok(None) => ops::pty_session_ended(&m, &sb, id).await.map(|()| None),
+                other => other,
+            };
+            let msg = match item {
+                Ok(Some(Output::Stdout(b) | Output::Stderr(b))) => {
+                    connect::envelope(&json!({ "event": { "data": { "pty": b64(&b) } } }))
+                }
+                Ok(Some(Output::Exited(e))) if e.timed_out => {
+                    let _ = tx
+                        .send(Ok(connect::end_stream(Some(&RpcError::new(
+                            Code::DeadlineExceeded,
+                            "the terminal ran past its timeout and was killed",
+                        )))))
+                        .await;
+                    return;
+                }
+                Ok(Some(Output::Exited(e))) => {
+                    let _ = tx.send(Ok(connect::envelope(&json!({ "event": { "end": end_event(&e) } })))).await;
+                    let _ = tx.send(Ok(connect::end_stream(None))).await;
+                    return;
+                }
+                // Another stream took the terminal over: this one ends, as envd ends a
+                // replaced subscriber's stream.
+                Ok(None) => {
+                    let _ = tx.send(Ok(connect::end_stream(None))).await;
+                    return;
+                }
+                Err(e @ (Error::Gone { .. } | Error::SandboxNotFound(_))) => {
+                    if let Some(r) = &reset {
+                        r.arm();
+                    }
+                    let _ = tx.send(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, e.to_string()))).await;
+                    return;
+                }
+                Err(e) => {
+                    let _ = tx.send(Ok(connect::end_stream(Some(&e.into())))).await;
+                    return;
+                }
+            };
+            if tx.send(Ok(msg)).await.is_err() {
+                // The client went away (disconnect): the terminal goes on.
+                return;
+            }
+        }
+    });
+    let body = tokio_stream::wrappers::ReceiverStream::new(rx);
+    connect::stream_response(Body::from_stream(body))
 }
 
 /// The event stream of command `id`: start, output, end.
@@ -276,31 +383,51 @@ async fn list(m: &Manager, sb: &Sb) -> Result<Value, RpcError> {
     Ok(json!({ "processes": processes }))
 }
 
-/// The running command a selector names, as (command id, pid).
-async fn command_of(m: &Manager, sb: &Sb, sel: &Selector) -> Result<(u64, i32), RpcError> {
+/// A running command a selector names.
+struct Named {
+    id: u64,
+    pid: i32,
+    pty: bool,
+}
+
+/// The running command a selector names.
+async fn command_of(m: &Manager, sb: &Sb, sel: &Selector) -> Result<Named, RpcError> {
     let Some(pid) = sel.pid else {
         return Err(match &sel.tag {
             Some(_) => RpcError::new(Code::NotFound, "process tags are not supported by Glovebox"),
             None => RpcError::new(Code::InvalidArgument, "process selector needs a pid"),
         });
     };
-    let list = ops::list_commands(m, sb).await?;
-    list.commands
-        .iter()
+    let list = sb.agent().list().await.map_err(ops::failed(m, sb, Op::File))?;
+    list.iter()
         .find(|c| c.running && c.pid >= 0 && c.pid as u32 == pid)
-        .map(|c| (c.id, c.pid))
+        .map(|c| Named { id: c.id, pid: c.pid, pty: c.pty })
         .ok_or_else(|| RpcError::new(Code::NotFound, format!("process with pid {pid} not found")))
 }
 
 async fn send_input(m: &Manager, sb: &Sb, req: SendInput) -> Result<Value, RpcError> {
-    if req.input.pty.is_some() {
-        return Err(unsupported("PTY"));
-    }
+    let (field, data) = match (req.input.stdin, req.input.pty) {
+        (Some(_), Some(_)) => return Err(RpcError::new(Code::InvalidArgument, "input is stdin or pty, not both")),
+        (_, Some(p)) => ("pty", p),
+        (s, None) => ("stdin", s.unwrap_or_default()),
+    };
     let data = base64::engine::general_purpose::STANDARD
-        .decode(req.input.stdin.unwrap_or_default())
-        .map_err(|e| RpcError::new(Code::InvalidArgument, format!("input.stdin: {e}")))?;
-    let (id, _) = command_of(m, sb, &req.process).await?;
-    ops::send_stdin(m, sb, id, &data, false).await?;
+        .decode(data)
+        .map_err(|e| RpcError::new(Code::InvalidArgument, format!("input.{field}: {e}")))?;
+    let c = command_of(m, sb, &req.process).await?;
+    if (field == "pty") != c.pty {
+        let want = if c.pty { "input.pty" } else { "input.stdin" };
+        return Err(RpcError::new(Code::InvalidArgument, format!("process {} takes {want}", c.pid)));
+    }
+    ops::send_stdin(m, sb, c.id, &data, false).await?;
+    Ok(json!({}))
+}
+
+/// `Update`: a terminal's new size (the only update envd has).
+async fn update(m: &Manager, sb: &Sb, req: UpdateRequest) -> Result<Value, RpcError> {
+    let Some(pty) = req.pty else { return Ok(json!({})) };
+    let c = command_of(m, sb, &req.process).await?;
+    ops::pty_resize(m, sb, c.id, pty.size.cols, pty.size.rows).await?;
     Ok(json!({}))
 }
 
@@ -317,14 +444,14 @@ fn signal_number(v: &Value) -> Result<i32, RpcError> {
 
 async fn send_signal(m: &Manager, sb: &Sb, req: SendSignal) -> Result<Value, RpcError> {
     let sig = signal_number(&req.signal)?;
-    let (id, _) = command_of(m, sb, &req.process).await?;
-    ops::signal(m, sb, id, sig).await?;
+    let c = command_of(m, sb, &req.process).await?;
+    ops::signal(m, sb, c.id, sig).await?;
     Ok(json!({}))
 }
 
 async fn close_stdin(m: &Manager, sb: &Sb, sel: Selector) -> Result<Value, RpcError> {
-    let (id, _) = command_of(m, sb, &sel).await?;
-    ops::send_stdin(m, sb, id, &[], true).await?;
+    let c = command_of(m, sb, &sel).await?;
+    ops::send_stdin(m, sb, c.id, &[], true).await?;
     Ok(json!({}))
 }
 

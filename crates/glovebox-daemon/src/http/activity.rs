@@ -1,5 +1,6 @@
 //! Middleware that watches requests rather than answering them: a sandbox counts as busy
-//! (for its idle clock) while a request on it is handled and while its response streams, a
+//! (for its idle clock) while a request that uses it (reaches its processes, or changes it)
+//! is handled and while its response streams, a
 //! paused sandbox is resumed by any request that reaches its processes, and every response
 //! is counted by status class.
 
@@ -15,7 +16,7 @@ use super::AppState;
 /// A sandbox's routes that reach its processes (through its agent): a request on one
 /// resumes a paused sandbox first. The others (its view, clocks, metrics, network policy,
 /// events, pause and resume themselves) are answered by the daemon alone.
-const REACH_PROCESSES: [&str; 6] = ["exec", "commands", "files", "code", "contexts", "keepalive"];
+const REACH_PROCESSES: [&str; 7] = ["exec", "commands", "files", "code", "contexts", "keepalive", "pty"];
 
 /// Middleware on `/v1/sandboxes/{id}/…`: the sandbox is busy while the request is handled
 /// and while its response body streams; so is the daemon's sandbox work, which pool refills
@@ -23,15 +24,21 @@ const REACH_PROCESSES: [&str; 6] = ["exec", "commands", "files", "code", "contex
 pub async fn track(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     let sb = sandbox_in_path(path).and_then(|id| st.manager.get(id).ok());
+    let mut observed_only = false;
     if let Some(sb) = &sb {
         let route = path.split(&format!("/{}/", sb.id)).nth(1).and_then(|r| r.split('/').next());
-        if route.is_some_and(|r| REACH_PROCESSES.contains(&r)) {
-            if let Err(e) = st.manager.resume_sb(sb) {
+        let reaches = route.is_some_and(|r| REACH_PROCESSES.contains(&r));
+        if reaches {
+            if let Err(e) = st.manager.wake_for_request(sb) {
                 return ApiError::from(e).into_response();
             }
         }
+        observed_only = !reaches && is_read(req.method());
     }
-    let guard = sb.map(|sb| (sb.activity.guard(), st.manager.sandbox_work.guard()));
+    // Watching a sandbox (its view, metrics, events, egress log, usage: what a dashboard
+    // polls) is not using it: only requests that reach its processes or change it are
+    // activity for its idle clock.
+    let guard = sb.map(|sb| ((!observed_only).then(|| sb.activity.guard()), st.manager.sandbox_work.guard()));
     let resp = next.run(req).await;
     let Some(guard) = guard else { return resp };
     if axum::body::HttpBody::size_hint(resp.body()).exact().is_some() {
@@ -44,6 +51,10 @@ pub async fn track(State(st): State<AppState>, req: Request, next: Next) -> Resp
         chunk
     });
     Response::from_parts(parts, Body::from_stream(guarded))
+}
+
+fn is_read(m: &axum::http::Method) -> bool {
+    *m == axum::http::Method::GET || *m == axum::http::Method::HEAD
 }
 
 /// Counts every response by status class (`glovebox_http_responses_total`).

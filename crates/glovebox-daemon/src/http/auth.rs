@@ -26,6 +26,27 @@ pub fn presented_key(h: &HeaderMap) -> Option<&str> {
         .or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
 }
 
+/// The subprotocol a browser's WebSocket offers so the daemon can answer one it knows (a
+/// browser cannot set `Authorization` on a WebSocket; the dashboard sends its key this way).
+pub const WS_PROTOCOL: &str = "glovebox";
+/// Prefix of the subprotocol that carries the key: `glovebox.bearer.<base64url(key)>`
+/// (unpadded; base64url keeps any key within the token characters a subprotocol allows).
+pub const WS_KEY_PROTOCOL_PREFIX: &str = "glovebox.bearer.";
+
+/// The API key offered in `Sec-WebSocket-Protocol` as `glovebox.bearer.<base64url(key)>`.
+/// Only the native API reads it there; an exposed port never does (its requests go on into
+/// the sandbox, and a key must never).
+pub fn websocket_protocol_key(h: &HeaderMap) -> Option<String> {
+    use base64::Engine;
+    h.get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix(WS_KEY_PROTOCOL_PREFIX))
+        .and_then(|b| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b.trim_end_matches('=')).ok())
+        .and_then(|k| String::from_utf8(k).ok())
+}
+
 /// Whether `caller` may address sandbox `id`. Someone else's sandbox (live or ended) is
 /// answered exactly like one that never existed: 404, so ids of other tenants cannot be probed.
 pub fn authorize(manager: &Manager, caller: &Caller, id: &str) -> Result<(), Error> {
@@ -56,8 +77,9 @@ pub fn sandbox_in_path(path: &str) -> Option<&str> {
 /// JSON body declared over the limit before anyone reads it.
 pub async fn auth(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let h = req.headers();
-    let caller = presented_key(h).and_then(|k| st.manager.tenants.authenticate(k));
-    match (presented_key(h), caller) {
+    let key = presented_key(h).map(str::to_owned).or_else(|| websocket_protocol_key(h));
+    let caller = key.as_deref().and_then(|k| st.manager.tenants.authenticate(k));
+    match (key, caller) {
         (_, Some(caller)) => {
             if let Some(id) = sandbox_in_path(req.uri().path()) {
                 if let Err(e) = authorize(&st.manager, &caller, id) {
@@ -129,5 +151,19 @@ mod tests {
         assert_eq!(sandbox_in_path("/v1/sandboxes"), None);
         assert_eq!(sandbox_in_path("/v1/sandboxes/"), None);
         assert_eq!(sandbox_in_path("/v1/events"), None);
+    }
+
+    #[test]
+    fn keys_from_websocket_subprotocols() {
+        use base64::Engine;
+        let mut h = HeaderMap::new();
+        assert_eq!(websocket_protocol_key(&h), None);
+        let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("e2b_ab/c+d");
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, format!("glovebox, glovebox.bearer.{enc}").parse().unwrap());
+        assert_eq!(websocket_protocol_key(&h).as_deref(), Some("e2b_ab/c+d"));
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, "glovebox, glovebox.bearer.!!".parse().unwrap());
+        assert_eq!(websocket_protocol_key(&h), None, "not base64url");
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, "glovebox".parse().unwrap());
+        assert_eq!(websocket_protocol_key(&h), None);
     }
 }

@@ -44,14 +44,16 @@ fn status_of(code: ErrorCode) -> StatusCode {
         | C::ContextNotFound
         | C::CommandNotFound
         | C::SecretNotFound
+        | C::VolumeNotFound
+        | C::SnapshotNotFound
         | C::FileNotFound => StatusCode::NOT_FOUND,
         C::SandboxGone => StatusCode::GONE,
-        C::Conflict | C::FileExists | C::DirectoryNotEmpty => StatusCode::CONFLICT,
+        C::Conflict | C::SandboxPaused | C::VolumeInUse | C::FileExists | C::DirectoryNotEmpty => StatusCode::CONFLICT,
         C::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         C::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
-        C::BuildFailed => StatusCode::UNPROCESSABLE_ENTITY,
+        C::BuildFailed | C::SnapshotFailed => StatusCode::UNPROCESSABLE_ENTITY,
         C::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
-        C::AgentError => StatusCode::BAD_GATEWAY,
+        C::AgentError | C::PortNotListening => StatusCode::BAD_GATEWAY,
         C::HibernateUnavailable => StatusCode::NOT_IMPLEMENTED,
         C::StartFailed | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

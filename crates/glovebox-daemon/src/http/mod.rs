@@ -15,10 +15,15 @@ mod error;
 mod events;
 mod extract;
 mod files;
+mod ports;
+mod pty;
 mod sandboxes;
 mod secrets;
+mod snapshots;
 mod templates;
 mod tenants;
+mod ui;
+mod volumes;
 
 use std::sync::Arc;
 
@@ -31,6 +36,7 @@ use glovebox_proto::api::ErrorCode;
 pub use activity::count_responses;
 pub use auth::{authorize, drain, presented_key};
 pub use error::ApiError;
+pub use ports::intercept as pass_to_ports;
 
 use crate::manager::Manager;
 
@@ -43,15 +49,19 @@ pub struct AppState {
     pub api_key: Arc<String>,
 }
 
-/// The native routes (`/healthz`, `/metrics`, `/v1/…`) with a JSON 404 for anything else.
+/// The native routes (`/healthz`, `/metrics`, `/v1/…`, the dashboard at `/ui`) with a JSON 404 for anything else.
 pub fn router(state: AppState) -> Router {
     state.manager.tenants.set_admin_key(&state.api_key);
     let v1 = Router::new()
         .route("/sandboxes", post(sandboxes::create).get(sandboxes::list))
-        .route("/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::kill))
+        .route("/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::kill).patch(sandboxes::update))
         .route("/sandboxes/{id}/timeout", post(sandboxes::set_timeout))
         .route("/sandboxes/{id}/pause", post(sandboxes::pause))
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/sandboxes/{id}/fork", post(snapshots::fork))
+        .route("/snapshots", get(snapshots::list))
+        .route("/snapshots/{name}", get(snapshots::show).delete(snapshots::delete))
         .route("/sandboxes/{id}/network", put(sandboxes::set_network))
         .route("/sandboxes/{id}/egress", get(sandboxes::egress_log))
         .route("/sandboxes/{id}/exec", post(commands::exec))
@@ -59,6 +69,9 @@ pub fn router(state: AppState) -> Router {
         .route("/sandboxes/{id}/commands/{cid}", get(commands::result))
         .route("/sandboxes/{id}/commands/{cid}/kill", post(commands::signal))
         .route("/sandboxes/{id}/commands/{cid}/stdin", post(commands::stdin))
+        .route("/sandboxes/{id}/pty", post(pty::create))
+        .route("/sandboxes/{id}/pty/{cid}/resize", post(pty::resize))
+        .route("/sandboxes/{id}/pty/{cid}/ws", get(pty::attach))
         .route(
             "/sandboxes/{id}/files",
             get(files::download).put(files::upload).delete(files::remove).layer(DefaultBodyLimit::disable()),
@@ -81,10 +94,15 @@ pub fn router(state: AppState) -> Router {
         .route("/secrets/{name}", get(secrets::show).put(secrets::put).delete(secrets::delete))
         .route("/sandboxes/{id}/keepalive", post(sandboxes::keepalive))
         .route("/sandboxes/{id}/events", get(events::of_sandbox))
+        .route("/sandboxes/{id}/ports", get(ports::list))
+        .route("/sandboxes/{id}/ports/{port}", post(ports::expose))
         .route("/events", get(events::all))
         .route("/templates", post(templates::build).get(templates::list))
         .route("/templates/gc", post(templates::gc))
         .route("/templates/{name}", get(templates::get_one).delete(templates::delete))
+        .route("/volumes", get(volumes::list).post(volumes::create))
+        .route("/volumes/gc", post(volumes::gc))
+        .route("/volumes/{name}", get(volumes::show).delete(volumes::delete))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(state.clone(), activity::track))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::auth));
@@ -94,6 +112,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .merge(prom)
+        .merge(ui::router())
         .nest("/v1", v1)
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .with_state(state)
@@ -131,13 +150,20 @@ mod tests {
         let mut files = Vec::new();
         sources(&src, &src, &mut files);
         assert!(files.len() > 20, "read the daemon's sources");
-        let front_end = |f: &str| f.starts_with("http/") || f.starts_with("e2b/") || f == "server.rs";
+        let front_end = |f: &str| {
+            f.starts_with("http/")
+                || f.starts_with("e2b/")
+                || f.starts_with("vercel/")
+                || f.starts_with("daytona/")
+                || f == "server.rs"
+        };
         let mut wrong = Vec::new();
         for (file, text) in &files {
             // Test modules at the end of a file do not count.
             let code = text.split("#[cfg(test)]").next().unwrap_or_default();
             if !front_end(file) {
-                for used in ["crate::http", "crate::e2b", "crate::server", "axum::"] {
+                for used in ["crate::http", "crate::e2b", "crate::vercel", "crate::daytona", "crate::server", "axum::"]
+                {
                     if code.contains(used) {
                         wrong.push(format!("{file} uses {used}"));
                     }

@@ -1,12 +1,15 @@
 //! `/v1/sandboxes` and a sandbox's own resources: create, list, get, kill, pause and
-//! resume, its lifetime, keep-alive, network policy, egress log and metrics.
+//! resume, its lifetime, labels and idle timeout, keep-alive, network policy, egress log and
+//! metrics.
 
 use std::collections::BTreeMap;
 
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use glovebox_proto::api::{CreateSandbox, EgressLog, EndReason, ErrorCode, NetworkPolicy, SandboxList, SetTimeout};
+use glovebox_proto::api::{
+    CreateSandbox, EgressLog, EndReason, ErrorCode, NetworkPolicy, SandboxList, SetTimeout, UpdateSandbox,
+};
 use serde::Deserialize;
 
 use super::error::{ApiError, ApiResult};
@@ -89,6 +92,14 @@ pub async fn set_timeout(
     Ok(json(StatusCode::OK, &st.manager.set_timeout(&id, t.timeout_s)?.view()))
 }
 
+pub async fn update(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Json(u): Json<UpdateSandbox>,
+) -> ApiResult<Response> {
+    Ok(json(StatusCode::OK, &st.manager.update(&id, u.metadata, u.idle_timeout_s)?.view()))
+}
+
 pub async fn keepalive(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
     sb.activity.touch();
@@ -118,5 +129,6 @@ pub async fn set_network(
 
 pub async fn egress_log(State(st): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let sb = st.manager.get(&id)?;
-    Ok(json(StatusCode::OK, &EgressLog { entries: sb.egress.entries() }))
+    let unlisted = sb.egress.unlisted.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(json(StatusCode::OK, &EgressLog { entries: sb.egress.entries(), unlisted }))
 }

@@ -113,8 +113,11 @@ impl Manager {
             on_idle: rec.config.on_idle.unwrap_or_default(),
             preload: rec.config.preload.clone(),
             // The template as stored now (its defaults; its layers kept by GC).
-            template_defaults: self.templates.store.load(&rec.template).map(Arc::new),
+            template_defaults: self.adopted_defaults(&rec.template, rec.config.origin.as_ref()),
+            origin: rec.config.origin.clone(),
+            volumes: (!rec.config.volumes.is_empty()).then(|| self.volumes.adopt(&tenant, &rec.config.volumes)),
             tenant: tenant.clone(),
+            auto_resume: rec.config.auto_resume.unwrap_or(true),
         };
         let run = Running {
             host,
@@ -145,12 +148,11 @@ impl Manager {
         let this = self.clone();
         tokio::spawn(async move {
             // A paused sandbox is thawed while its agent is checked and its link rebuilt,
-            // then frozen again (unless a request resumed it meanwhile).
+            // then frozen again (unless a request resumed it meanwhile). One not paused is
+            // thawed too: a snapshot under way when the previous daemon died left it frozen.
             let paused = sb.clock.paused().is_some();
-            if paused {
-                if let Err(e) = sb.host.thaw() {
-                    tracing::warn!(sandbox = %sb.id, "adopted paused sandbox: {e}");
-                }
+            if let Err(e) = sb.host.thaw() {
+                tracing::warn!(sandbox = %sb.id, "adopted sandbox: thaw: {e}");
             }
             let ping = sb.agent().ping().await;
             if ping.is_err() {

@@ -44,7 +44,7 @@ impl Manager {
                 };
                 // The idle check: at the end of the idle period since the last activity
                 // (or a second from now while something is busy).
-                let idle_at = sb.idle_timeout.filter(|_| !paused).map(|t| {
+                let idle_at = sb.idle_timeout().filter(|_| !paused).map(|t| {
                     let at = sb.activity.last() + t;
                     if sb.activity.busy() {
                         at.max(Instant::now() + Duration::from_secs(1))
@@ -66,7 +66,7 @@ impl Manager {
                         }
                     }
                     _ = idle_check => {
-                        let Some(t) = sb.idle_timeout else { continue };
+                        let Some(t) = sb.idle_timeout() else { continue };
                         if sb.activity.busy() || sb.activity.last().elapsed() < t {
                             continue;
                         }

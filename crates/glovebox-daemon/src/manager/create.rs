@@ -17,12 +17,13 @@ impl Manager {
     /// Fills in defaults and checks bounds; the error says which value is wrong.
     pub fn limits_for(&self, r: &api::Resources) -> Result<Limits> {
         let d = &self.cfg.defaults;
-        let l = Limits {
+        let mut l = Limits {
             cpus: r.cpus.unwrap_or(d.cpus),
             memory_mb: r.memory_mb.unwrap_or(d.memory_mb),
             disk_mb: r.disk_mb.unwrap_or(d.disk_mb),
             pids: r.pids.unwrap_or(d.pids),
         };
+
         if !(l.cpus.is_finite() && l.cpus >= 0.01 && l.cpus <= api::MAX_CPUS) {
             return Err(Error::Invalid(format!("resources.cpus must be between 0.01 and {}", api::MAX_CPUS)));
         }
@@ -47,6 +48,13 @@ impl Manager {
                 api::MAX_PIDS
             )));
         }
+        // A disk asked for is given: in memory where it fits, else on the host's disk. The
+        // default disk is what fits in memory (up to the default size): no disk image unless
+        // one is asked for. `disk_mb` is from here the cap the sandbox gets (the smallest
+        // in-memory disk is 4 MiB).
+        if r.disk_mb.is_none() || crate::backend::jail::in_memory(&l) {
+            l.disk_mb = crate::backend::jail::disk_bytes(&l) >> 20;
+        }
         Ok(l)
     }
 
@@ -58,7 +66,7 @@ impl Manager {
     /// Creates a sandbox owned by `tenant`, within its quotas.
     pub async fn create_for(self: &Arc<Self>, tenant: &str, req: CreateSandbox) -> Result<Arc<Sb>> {
         let t = Instant::now();
-        let r = self.create_with(tenant, req, None).await;
+        let r = self.create_with(tenant, req, None, None).await;
         match &r {
             Ok(_) => {
                 crate::metrics::Metrics::inc(&self.metrics.created);
@@ -81,20 +89,45 @@ impl Manager {
         tpl: Template,
         upper: PathBuf,
     ) -> Result<Arc<Sb>> {
-        self.create_with(crate::tenants::DEFAULT_TENANT, req, Some((tpl, upper))).await
+        self.create_with(crate::tenants::DEFAULT_TENANT, req, Some((tpl, upper)), None).await
     }
 
-    async fn create_with(
+    /// Creates a sandbox: for a template build step (`build`: its layers and upper dir), a
+    /// fork's child (`lineage`), or a request.
+    pub(super) async fn create_with(
         self: &Arc<Self>,
         tenant: &str,
         mut req: CreateSandbox,
         build: Option<(Template, PathBuf)>,
+        lineage: Option<super::snapshots::Lineage>,
     ) -> Result<Arc<Sb>> {
         let _work = self.sandbox_work.guard();
-        let template = req.template.clone().unwrap_or_else(|| "base".to_string());
-        let (tpl, upper) = match build {
-            Some((t, u)) => (t, Some(u)),
-            None => (self.template(&template)?, None),
+        let mut template = req.template.clone().unwrap_or_else(|| "base".to_string());
+        // From a snapshot, GC (exclusive) waits until the sandbox is listed (its layers kept).
+        let _gc = match req.snapshot.is_some() && build.is_none() {
+            true => Some(self.templates.gc_lock.read().await),
+            false => None,
+        };
+        let mut origin = None;
+        let (tpl, upper) = match (build, &req.snapshot) {
+            (Some((t, u)), _) => (t, Some(u)),
+            (None, Some(snap)) => {
+                let (t, mut o) = self.snapshot_template(tenant, snap)?;
+                if req.template.as_ref().is_some_and(|n| *n != t.name) {
+                    return Err(Error::Invalid(format!(
+                        "snapshot {snap:?} is of template {:?}; leave template out or name that one",
+                        t.name
+                    )));
+                }
+                if let Some(l) = lineage {
+                    o.parent_id = Some(l.parent_id);
+                    o.ancestors = l.ancestors;
+                }
+                template = t.name.clone();
+                origin = Some(o);
+                (t, None)
+            }
+            (None, None) => (self.template(&template)?, None),
         };
         if let Some(d) = &tpl.defaults {
             crate::templates::apply_defaults(d, &mut req);
@@ -110,18 +143,35 @@ impl Manager {
             return Err(Error::Invalid(format!("idle_timeout_s must be between 1 and {}", api::MAX_TIMEOUT_S)));
         }
         if req.on_idle == Some(api::OnIdle::Hibernate) {
-            return Err(crate::manager::pause::hibernate_unavailable());
+            return Err(crate::manager::pause::hibernate_unavailable().await);
         }
         for (k, v) in &req.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
                 return Err(Error::Invalid(format!("bad environment variable name or value: {k:?}")));
             }
         }
+        crate::volumes::check_mounts(&req.volumes)?;
         let admission = self.tenants.admit(tenant, &limits)?;
-        let warm = if upper.is_none() { self.take_warm(&tpl.pool_key(), &limits) } else { None };
+        // Volumes are bound at boot: a sandbox with any is booted for the request.
+        let volumes = match req.volumes.is_empty() {
+            true => None,
+            false => {
+                let (vols, owner, mounts) = (self.volumes.clone(), tenant.to_string(), req.volumes.clone());
+                let held = tokio::task::spawn_blocking(move || vols.acquire(&owner, &mounts))
+                    .await
+                    .map_err(|e| Error::Internal(format!("volume task: {e}")))??;
+                Some(held)
+            }
+        };
+        let binds = volumes.as_ref().map(|v| v.jail.clone()).unwrap_or_default();
+        let warm = if upper.is_none() && volumes.is_none() && origin.is_none() {
+            self.take_warm(&tpl.pool_key(), &limits)
+        } else {
+            None
+        };
         let (booted, warm) = match warm {
             Some(b) => (b, true),
-            None => (self.boot_for_request(&limits, &tpl, upper, policy.needs_link()).await?, false),
+            None => (self.boot_for_request(&limits, &tpl, upper, policy.needs_link(), binds).await?, false),
         };
         self.refill_pool();
         // What the sandbox used before it was handed out (boot, a warm kernel) is not billed.
@@ -138,6 +188,9 @@ impl Manager {
             preload: tpl.preload.clone(),
             tenant: tenant.to_string(),
             template_defaults: tpl.defaults.clone(),
+            volumes,
+            auto_resume: req.auto_resume.unwrap_or(true),
+            origin,
         };
         let run = Running {
             pid_start: crate::store::proc_start_time(booted.host.pid()).unwrap_or(0),
@@ -196,8 +249,9 @@ impl Manager {
         tpl: &Template,
         upper: Option<PathBuf>,
         link: bool,
+        volumes: Vec<glovebox_jail::config::Volume>,
     ) -> Result<Booted> {
-        let spec = crate::backend::Spec { link, ..self.spec(limits, tpl, upper, false) };
+        let spec = crate::backend::Spec { link, volumes, ..self.spec(limits, tpl, upper, false) };
         let (this, t) = (self.clone(), tpl.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {

@@ -54,6 +54,7 @@ impl Sb {
                 gid,
                 background: req.background,
                 raw: false,
+                pty: None,
             },
             stdin,
         ))

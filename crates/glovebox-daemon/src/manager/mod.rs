@@ -23,8 +23,10 @@ mod reconcile;
 mod record;
 pub mod records;
 mod registry;
+pub(crate) mod snapshots;
 mod teardown;
 mod templates;
+mod update;
 
 #[cfg(test)]
 mod pause_tests;
@@ -32,6 +34,8 @@ mod pause_tests;
 pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod update_tests;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -48,6 +52,7 @@ pub use observer::{Announce, LastWords, Observer};
 pub use record::{Deadline, Sb};
 pub(crate) use record::{Running, Settings};
 pub use registry::Registry;
+pub use snapshots::NameTaken;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -79,6 +84,8 @@ pub struct Config {
     pub adopt: bool,
     /// How long command records and ended sandboxes' records are kept.
     pub retention: Duration,
+    /// The base domain of exposed ports' preview hosts (`P-<id>.<domain>`; see `ports`).
+    pub preview_domain: String,
 }
 
 impl Config {
@@ -92,6 +99,7 @@ impl Config {
             link_pool: 2,
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
+            preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
             shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from),
             auto_build: std::env::var_os("GLOVEBOX_AUTO_BUILD").is_none_or(|v| v != "0"),
             data_dir,
@@ -101,15 +109,28 @@ impl Config {
 
 /// `/run/glovebox` where `/run` is a tmpfs (systemd hosts), else `/dev/shm/glovebox`:
 /// runtime state must not sit on a disk (metadata operations on one cost milliseconds).
+/// Except before Linux 6.3 (Debian 12's 6.1), whose tmpfs cannot be id-mapped: the jail
+/// id-maps the base skeleton kept there, so the run dir goes to `/var/lib/glovebox-run` (a
+/// disk, where ext4, xfs and btrfs can be). One host-wide dir either way: every daemon on
+/// the host hands out uid slots from it.
 pub fn default_run_dir() -> PathBuf {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     if let Some(d) = std::env::var_os("GLOVEBOX_RUN_DIR") {
         return PathBuf::from(d);
     }
+    if !tmpfs_idmaps(&fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default()) {
+        return PathBuf::from("/var/lib/glovebox-run");
+    }
     match rustix::fs::statfs("/run") {
         Ok(s) if s.f_type as u64 == TMPFS_MAGIC => PathBuf::from("/run/glovebox"),
         _ => PathBuf::from("/dev/shm/glovebox"),
     }
+}
+
+/// Whether a kernel of this release (`uname -r`) can id-map a tmpfs mount: from 6.3 on.
+fn tmpfs_idmaps(release: &str) -> bool {
+    let mut v = release.split(|c: char| !c.is_ascii_digit()).map(|n| n.parse::<u32>().unwrap_or(0));
+    (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 3)
 }
 
 /// Creates (or checks) the runtime dir: a real directory owned by root and writable by
@@ -159,9 +180,15 @@ pub struct Manager {
     pub ended_usage: Arc<crate::usage::Ledger>,
     /// Host-side secrets that brokered headers reference (values never leave the daemon).
     pub secrets: Arc<crate::secrets::SecretStore>,
+    /// Disk-backed volumes and who mounts them (see `volumes`).
+    pub volumes: Arc<crate::volumes::Volumes>,
     pub events: Arc<crate::events::Events>,
     /// Built templates and their layers (see `templates`).
     pub templates: crate::templates::Templates,
+    /// Snapshot records (their layers are in the template store; see `snapshots`).
+    pub snapshots: crate::snapshots::Snapshots,
+    /// Anonymous snapshots of forks still making their children (not collected meanwhile).
+    pub(crate) forks_in_flight: Mutex<std::collections::BTreeSet<String>>,
     /// Releases of destroyed sandboxes still under way (see [`Manager::destroy_because`]).
     releases: Mutex<tokio::task::JoinSet<()>>,
     /// Held shared by every destroy under way (from before its sandbox leaves the registry):
@@ -170,6 +197,8 @@ pub struct Manager {
     /// Work on sandboxes in flight: creates, destroys, requests on one (see `http::activity`).
     /// What is made ahead waits for a quiet moment.
     pub(crate) sandbox_work: Arc<crate::idle::Activity>,
+    /// Exposed ports: which are public, and the secret their tokens are made with.
+    pub ports: crate::ports::Ports,
 }
 
 impl Manager {
@@ -200,7 +229,8 @@ impl Manager {
             work.clone(),
             net.clone(),
             cfg.link_pool,
-        )?;
+        )?
+        .with_disks(cfg.data_dir.join("disks"));
         Manager::with_backend(cfg, store, Arc::new(jail), work, net)
     }
 
@@ -217,15 +247,20 @@ impl Manager {
     ) -> Result<Arc<Manager>> {
         let templates = crate::templates::Templates::open(&cfg.data_dir, &cfg.run_dir)?;
         let secrets = crate::secrets::SecretStore::open(&cfg.data_dir).map_err(|e| Error::Internal(e.to_string()))?;
+        let volumes = crate::volumes::Volumes::open(&cfg.data_dir);
         let events = Arc::new(crate::events::Events::new(store.clone()));
+        let ports = crate::ports::Ports::open(&cfg.data_dir, &cfg.preview_domain).map_err(internal("open ports"))?;
         let ended_usage: Arc<crate::usage::Ledger> = Arc::default();
         let journal = crate::manager::journal::Journal {
             store: store.clone(),
             events: events.clone(),
             ended_usage: ended_usage.clone(),
         };
+        let snapshots = crate::snapshots::Snapshots::open(&cfg.data_dir);
         let m = Arc::new(Manager {
             templates,
+            snapshots,
+            forks_in_flight: Mutex::default(),
             backend,
             registry: Registry::default(),
             warm: pools::WarmPool::default(),
@@ -235,17 +270,27 @@ impl Manager {
             tenants: Arc::new(crate::tenants::Tenants::new()),
             ended_usage,
             secrets: Arc::new(secrets),
+            volumes: Arc::new(volumes),
             cfg,
             events,
             records: crate::manager::records::Writer::start(store.clone()),
             releases: Mutex::new(tokio::task::JoinSet::new()),
             destroying: tokio::sync::RwLock::new(()),
             sandbox_work: work,
+            ports,
             store,
         });
         m.tenants.attach_store(m.store.clone())?;
         m.ended_usage.attach(m.store.clone())?;
         m.reconcile();
+        // After the adopted sandboxes are listed: fork snapshots none of them uses, and
+        // snapshot layers a crash left without a record (mid-snapshot), go.
+        match m.templates.gc_lock.try_write() {
+            Ok(_g) => m.collect_locked(true),
+            Err(_) => tracing::warn!("snapshot sweep skipped: the template store is busy"),
+        }
+        // After the adopted sandboxes counted their volumes: the host mounts nobody uses go.
+        m.volumes.sweep();
         m.spawn_sampler();
         crate::manager::records::spawn_pruner(Arc::downgrade(&m), m.cfg.retention);
         m.backend.start();

@@ -21,6 +21,16 @@ impl Manager {
         let (slot, pid, ahead) = (sb.slot(), sb.pid, sb.host.linked_ahead());
         let p = policy.clone();
         let net = self.net.clone();
+        // The packet audit hears of the sandbox's packets from its first one on.
+        let egress = Arc::downgrade(&sb.egress);
+        net.watch(
+            slot,
+            Arc::new(move |p: &crate::net::Logged| {
+                if let Some(e) = egress.upgrade() {
+                    e.packet(p);
+                }
+            }),
+        );
         let attach = async move {
             tokio::task::spawn_blocking(move || net.attach(slot, pid, &p, ahead))
                 .await

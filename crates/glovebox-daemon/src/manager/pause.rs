@@ -17,13 +17,14 @@ use super::{Manager, Sb};
 use crate::error::{Error, Result};
 use crate::util::lock;
 
-/// The answer to `hibernate` on this host: processes are not checkpointed to disk here.
-pub(crate) fn hibernate_unavailable() -> Error {
-    Error::HibernateUnavailable(
-        "writing a sandbox's memory to disk needs a CRIU (4 or later) whose `criu check` passes, and \
-         this daemon does not checkpoint processes; use on_idle \"pause\" (memory-resident)"
-            .into(),
-    )
+/// The answer to `hibernate` on this host: processes are not checkpointed to disk here; the
+/// message says why, from the CRIU probe run on the first ask ([`crate::hibernate`]), off the
+/// async workers.
+pub(crate) async fn hibernate_unavailable() -> Error {
+    let reason = tokio::task::spawn_blocking(crate::hibernate::unavailable_reason)
+        .await
+        .unwrap_or_else(|e| format!("the CRIU probe failed: {e}"));
+    Error::HibernateUnavailable(reason)
 }
 
 impl Manager {
@@ -71,6 +72,15 @@ impl Manager {
         self.store_clock(sb);
         tracing::debug!(sandbox = %sb.id, "resumed");
         Ok(true)
+    }
+
+    /// Before a request reaches a sandbox's processes: resumes it if paused, unless it was
+    /// created with `auto_resume: false` (then `Error::Paused`, and it stays paused).
+    pub(crate) fn wake_for_request(&self, sb: &Sb) -> Result<()> {
+        if !sb.auto_resume && sb.clock.paused().is_some() {
+            return Err(Error::Paused(sb.id.clone()));
+        }
+        self.resume_sb(sb).map(drop)
     }
 
     /// Freezes again a paused sandbox thawed for its re-adoption's checks, unless a resume

@@ -2,7 +2,7 @@
 //! code-interpreter ones with their python kernel started), handed out by a create whose
 //! template and disk size match. Refills run one boot at a time, at quiet moments.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -38,12 +38,24 @@ pub(crate) struct WarmPool {
     ready: Mutex<Vec<Booted>>,
     /// Boots under way.
     filling: AtomicUsize,
+    /// Set at shutdown: no more refills, and a boot that ends after it is discarded.
+    closed: AtomicBool,
 }
 
 impl WarmPool {
-    /// Every warm sandbox (shutdown).
+    /// Every warm sandbox, and no more from now on (shutdown).
     pub(crate) fn drain(&self) -> Vec<Booted> {
+        self.closed.store(true, Ordering::Release);
         lock(&self.ready).drain(..).collect()
+    }
+
+    /// Boots of the pool still under way (each ends by pooling or discarding its sandbox).
+    pub(crate) fn filling(&self) -> usize {
+        self.filling.load(Ordering::Acquire)
+    }
+
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 }
 
@@ -71,10 +83,19 @@ impl Manager {
         lock(&self.warm.ready).len()
     }
 
-    /// A warm sandbox for `limits`, if one is ready: same disk size as the pool's (the tmpfs
-    /// size is fixed at boot); other limits are applied to it here.
+    /// The limits warm sandboxes are booted with: the defaults, with the in-memory disk that
+    /// fits them (what a request that names no limits gets; never a disk image).
+    pub(super) fn pool_limits(&self) -> Limits {
+        let mut l = self.cfg.defaults.clone();
+        l.disk_mb = disk_bytes(&l) >> 20;
+        l
+    }
+
+    /// A warm sandbox for `limits`, if one is ready: same in-memory disk as the pool's (the
+    /// tmpfs size is fixed at boot; a disk-backed sandbox is booted for its request); other
+    /// limits are applied to it here.
     pub(super) fn take_warm(&self, template: &str, limits: &Limits) -> Option<Booted> {
-        if disk_bytes(limits) != disk_bytes(&self.cfg.defaults) {
+        if !crate::backend::jail::in_memory(limits) || disk_bytes(limits) != disk_bytes(&self.pool_limits()) {
             return None;
         }
         loop {
@@ -120,7 +141,7 @@ impl Manager {
     /// available template, code-interpreter ones with their python kernel already started.
     pub(crate) fn refill_pool(self: &Arc<Self>) {
         let want = self.cfg.warm_pool;
-        if want == 0 {
+        if want == 0 || self.warm.closed() {
             return;
         }
         let mut templates = vec![Template::base()];
@@ -139,7 +160,11 @@ impl Manager {
             let this = self.clone();
             tokio::spawn(async move {
                 this.until_quiet().await;
-                let spec = this.spec(&this.cfg.defaults, &tpl, None, true);
+                if this.warm.closed() {
+                    this.warm.filling.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
+                let spec = this.spec(&this.pool_limits(), &tpl, None, true);
                 let (m, t) = (this.clone(), tpl.clone());
                 let booted = tokio::task::spawn_blocking(move || m.boot(&spec, &t)).await;
                 match booted {
@@ -164,8 +189,15 @@ impl Manager {
                 return;
             }
         }
+        // Under the pool's lock, so a shutdown's drain either takes it or has closed the pool.
+        let mut ready = lock(&self.warm.ready);
+        if self.warm.closed() {
+            drop(ready);
+            let _ = tokio::task::spawn_blocking(move || b.discard()).await;
+            return;
+        }
         tracing::info!(sandbox = %b.host.id(), "warm sandbox ready: {}", tpl.name);
-        lock(&self.warm.ready).push(b);
+        ready.push(b);
     }
 
     /// The backend's spec for a sandbox of `tpl` with `limits`.
@@ -183,6 +215,7 @@ impl Manager {
             upper,
             background,
             link: false,
+            volumes: Vec::new(),
         }
     }
 

@@ -9,7 +9,6 @@ use glovebox_jail::cgroup::Stats;
 use glovebox_proto::api::{self, Limits, NetworkPolicy, OnIdle, Sandbox, SandboxState};
 use tokio::sync::Notify;
 
-use crate::backend::jail::disk_bytes;
 use crate::backend::Instance;
 use crate::util::{lock, rfc3339};
 
@@ -40,6 +39,13 @@ impl NetState {
     pub(crate) fn linked(&self) -> bool {
         lock(&self.current).linked
     }
+}
+
+/// What of a sandbox's settings can change while it runs.
+pub struct Mutable {
+    pub metadata: BTreeMap<String, String>,
+    /// `None`: no idle clock.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// When the lifetime clock ends the sandbox: for the timer and for the API and the store.
@@ -107,6 +113,12 @@ pub struct Settings {
     pub tenant: String,
     /// The template's defaults (commands' user and cwd) and its layers (kept by GC).
     pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
+    /// The volumes it mounts, held until its last handle goes (after its processes).
+    pub volumes: Option<crate::volumes::Held>,
+    /// Whether a request that reaches its processes resumes it while paused.
+    pub auto_resume: bool,
+    /// The snapshot (and fork parent) it started from.
+    pub origin: Option<crate::store::Origin>,
 }
 
 /// One live sandbox.
@@ -115,7 +127,8 @@ pub struct Sb {
     pub template: String,
     pub created_at: SystemTime,
     pub limits: Limits,
-    pub metadata: BTreeMap<String, String>,
+    /// Labels and idle timeout, replaceable live (see `Manager::update`).
+    pub(crate) mutable: Mutex<Mutable>,
     pub env: BTreeMap<String, String>,
     pub(crate) net: NetState,
     /// Name-based egress state: resolver, proxy, audit.
@@ -128,7 +141,6 @@ pub struct Sb {
     pub(crate) clock: Lifetime,
     /// For the idle clock (`idle_timeout`).
     pub activity: Arc<crate::idle::Activity>,
-    pub idle_timeout: Option<Duration>,
     /// What the idle clock does at `idle_timeout`.
     pub on_idle: OnIdle,
     /// Code contexts (language kernels).
@@ -144,6 +156,13 @@ pub struct Sb {
     pub template_defaults: Option<Arc<crate::templates::TemplateMeta>>,
     /// Commands started through the API and commands recorded (see `records::flush`).
     pub(crate) commands: crate::manager::records::Counts,
+    /// The volumes it mounts; let go by the teardown once its processes are gone (each
+    /// one's count goes down). Kept by a daemon that leaves it running for the next start.
+    pub(crate) volumes: Mutex<Option<crate::volumes::Held>>,
+    /// Whether a request that reaches its processes resumes it while paused.
+    pub auto_resume: bool,
+    /// The snapshot (and fork parent) it started from.
+    pub origin: Option<crate::store::Origin>,
 }
 
 /// The running parts a record is made around.
@@ -166,7 +185,7 @@ impl Sb {
             template: s.template,
             created_at: s.created_at,
             limits: s.limits,
-            metadata: s.metadata,
+            mutable: Mutex::new(Mutable { metadata: s.metadata, idle_timeout: s.idle_timeout }),
             env: s.env,
             net: NetState::new(network),
             egress: run.egress,
@@ -174,7 +193,6 @@ impl Sb {
             host: run.host,
             clock: Lifetime::new(run.deadline),
             activity: Arc::default(),
-            idle_timeout: s.idle_timeout,
             on_idle: s.on_idle,
             kernels: run.kernels,
             cpu_sample: Mutex::new(CpuSample { at: Instant::now(), usec: 0 }),
@@ -183,6 +201,9 @@ impl Sb {
             meter: run.meter,
             template_defaults: s.template_defaults,
             commands: run.commands,
+            volumes: Mutex::new(s.volumes),
+            auto_resume: s.auto_resume,
+            origin: s.origin,
         }
     }
 
@@ -213,6 +234,16 @@ impl Sb {
         lock(&self.net.current).policy.clone()
     }
 
+    /// Its labels (`metadata`).
+    pub fn metadata(&self) -> BTreeMap<String, String> {
+        lock(&self.mutable).metadata.clone()
+    }
+
+    /// Its idle timeout (`None`: no idle clock).
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        lock(&self.mutable).idle_timeout
+    }
+
     pub fn view(&self) -> Sandbox {
         Sandbox {
             id: self.id.clone(),
@@ -220,12 +251,17 @@ impl Sb {
             state: if self.clock.paused().is_some() { SandboxState::Paused } else { SandboxState::Running },
             created_at: rfc3339(self.created_at),
             expires_at: rfc3339(self.deadline().wall),
-            limits: Limits { disk_mb: disk_bytes(&self.limits) >> 20, ..self.limits.clone() },
-            metadata: self.metadata.clone(),
+            limits: self.limits.clone(),
+            metadata: self.metadata(),
             network: self.network(),
             end_reason: None,
-            idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+            idle_timeout_s: self.idle_timeout().map(|d| d.as_secs()),
             on_idle: (self.on_idle != OnIdle::Kill).then_some(self.on_idle),
+            volumes: self.volume_mounts(),
+            auto_resume: (!self.auto_resume).then_some(false),
+            snapshot: self.origin.as_ref().map(|o| o.snapshot.clone()),
+            parent_id: self.origin.as_ref().and_then(|o| o.parent_id.clone()),
+            ancestors: self.origin.as_ref().map(|o| o.ancestors.clone()).unwrap_or_default(),
         }
     }
 
@@ -233,16 +269,24 @@ impl Sb {
     pub(crate) fn config(&self) -> crate::store::SandboxConfig {
         crate::store::SandboxConfig {
             limits: self.limits.clone(),
-            metadata: self.metadata.clone(),
+            metadata: self.metadata(),
             env: self.env.clone(),
             network: self.network(),
-            idle_timeout_s: self.idle_timeout.map(|d| d.as_secs()),
+            idle_timeout_s: self.idle_timeout().map(|d| d.as_secs()),
             preload: self.preload.clone(),
             tenant: Some(self.tenant.clone()),
             cpu_base_usec: Some(self.meter.cpu_base_usec()),
             on_idle: (self.on_idle != OnIdle::Kill).then_some(self.on_idle),
             paused_left_ms: self.clock.paused().map(|d| d.as_millis() as u64),
+            volumes: self.volume_mounts(),
+            auto_resume: (!self.auto_resume).then_some(false),
+            origin: self.origin.clone(),
         }
+    }
+
+    /// The volumes it mounts, as asked for.
+    pub fn volume_mounts(&self) -> Vec<glovebox_proto::api::VolumeMount> {
+        lock(&self.volumes).as_ref().map(|v| v.mounts.clone()).unwrap_or_default()
     }
 
     pub fn oom_kills(&self) -> u64 {
@@ -284,7 +328,7 @@ impl Sb {
             memory_peak_bytes: st.as_ref().and_then(|s| s.memory_peak_bytes),
             memory_limit_bytes: self.limits.memory_mb << 20,
             disk_used_bytes: 0,
-            disk_limit_bytes: disk_bytes(&self.limits),
+            disk_limit_bytes: self.limits.disk_mb << 20,
             pids: st.as_ref().map(|s| s.pids_current).unwrap_or(0),
             pids_limit: self.limits.pids,
             oom_kills: st.as_ref().map(|s| s.oom_kills).unwrap_or(0),

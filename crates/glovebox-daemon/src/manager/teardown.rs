@@ -62,16 +62,22 @@ impl Manager {
         // veth, the uid slot): released after the answer, off the request's path. Unless
         // PID 1 was not seen gone (no pidfd, or it outlived the 5 s wait): then the release's
         // cgroup kill is what ends the rest, and it is waited for.
+        let from_snapshot = sb.origin.is_some();
         let work = self.release_work(sb, reason, gone);
         if !gone {
             if let Err(e) = tokio::task::spawn_blocking(work).await {
                 tracing::error!("teardown task: {e}");
             }
-            return true;
+        } else {
+            let mut releases = lock(&self.releases);
+            while releases.try_join_next().is_some() {}
+            releases.spawn_blocking(work);
         }
-        let mut releases = lock(&self.releases);
-        while releases.try_join_next().is_some() {}
-        releases.spawn_blocking(work);
+        if from_snapshot {
+            // Its processes are gone (the kill was waited for): a fork's snapshot it was the
+            // last user of, and layers of deleted snapshots, can go.
+            self.collect_snapshots().await;
+        }
         true
     }
 
@@ -82,6 +88,8 @@ impl Manager {
         let net = self.net.clone();
         move || {
             let r = sb.host.release(gone);
+            // Its processes are gone: its volumes may be unmounted from the host.
+            drop(lock(&sb.volumes).take());
             if linked {
                 net.detach(sb.slot());
             }
@@ -121,6 +129,12 @@ impl Manager {
         let pooled: Vec<Booted> = self.warm.drain();
         for b in pooled {
             b.discard();
+        }
+        // A refill's boot under way ends by discarding its sandbox (the pool is closed): wait
+        // for it (bounded), so nothing booted is left running when the daemon exits.
+        let t = std::time::Instant::now();
+        while self.warm.filling() > 0 && t.elapsed() < std::time::Duration::from_secs(20) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         let backend = self.backend.clone();
         let _ = tokio::task::spawn_blocking(move || backend.close()).await;

@@ -64,10 +64,20 @@ impl Manager {
     }
 
     fn gc_locked(&self) -> u64 {
+        self.gc_layers(false)
+    }
+
+    /// Removes the layers nothing uses (with `only_snapshot_layers`, only snapshot layers: the
+    /// start-up sweep leaves build caches alone). The GC lock must be held exclusively.
+    pub(crate) fn gc_layers(&self, only_snapshot_layers: bool) -> u64 {
         let store = &self.templates.store;
         let mut keep: BTreeSet<String> = BTreeSet::new();
         for t in store.list() {
             keep.extend(t.layers);
+        }
+        // Snapshots name their own layer and their template's.
+        for s in self.snapshots.all() {
+            keep.extend(s.template.layers);
         }
         // Templates deleted or rebuilt while sandboxes still run from the old layers.
         for d in self.live_template_defaults() {
@@ -77,6 +87,9 @@ impl Manager {
         let mut freed = 0;
         for id in store.layer_ids() {
             if keep.contains(&id) || warm.iter().any(|k| k.contains(&id)) || debian::is_base_layer(store, &id) {
+                continue;
+            }
+            if only_snapshot_layers && store.layer_step(&id).as_deref() != Some(crate::snapshots::LAYER_STEP) {
                 continue;
             }
             match store.remove_layer(&id) {

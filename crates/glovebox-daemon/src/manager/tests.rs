@@ -165,6 +165,8 @@ async fn one_warm(f: &Fixture) -> Vec<String> {
 async fn a_warm_sandbox_is_handed_out_and_replaced() {
     let f = fixture_with(|cfg| cfg.warm_pool = 1);
     let booted = one_warm(&f).await;
+    let pool = crate::util::lock(&f.fake.boot_limits).clone();
+    assert!(pool.iter().all(crate::backend::jail::in_memory), "warm sandboxes have in-memory disks: {pool:?}");
     let sb = f.m.create(CreateSandbox::default()).await.expect("create");
     assert_eq!(Some(&sb.id), booted.last(), "the create took the warm sandbox");
     // Other limits than the pool's are applied to a warm sandbox...
@@ -177,6 +179,62 @@ async fn a_warm_sandbox_is_handed_out_and_replaced() {
     let sb = f.m.create(request(serde_json::json!({"resources": {"disk_mb": 64}}))).await.expect("create");
     assert!(!booted.contains(&sb.id));
     assert_eq!(f.m.warm_count(), 1);
+    // So does a disk-backed one, even of the pool's in-memory size's limits otherwise.
+    let pool_disk = f.m.limits_for(&Default::default()).expect("defaults").disk_mb;
+    let sb = f.m.create(request(serde_json::json!({"resources": {"disk_mb": pool_disk + 1}}))).await.expect("create");
+    assert!(!booted.contains(&sb.id));
+    assert_eq!(f.m.warm_count(), 1);
     f.m.destroy_all(EndReason::Killed).await;
     assert_eq!(f.m.warm_count(), 0, "shutdown discards the pool");
+}
+
+/// A shutdown while the pool refills leaves nothing booted running: the boot under way ends
+/// by discarding its sandbox, and the shutdown waits for it.
+#[tokio::test]
+async fn a_shutdown_during_a_refill_leaves_no_sandbox_running() {
+    let f = fixture_with(|cfg| cfg.warm_pool = 1);
+    f.m.refill_pool();
+    // The refill is under way (waiting for a quiet moment or booting) when the shutdown comes.
+    f.m.destroy_all(EndReason::Killed).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let alive: Vec<String> =
+        crate::util::lock(&f.fake.booted).iter().filter(|a| a.is_alive()).map(|a| a.id().to_string()).collect();
+    assert!(alive.is_empty(), "booted sandboxes left running after shutdown: {alive:?}");
+    assert_eq!(f.m.warm_count(), 0);
+    f.m.refill_pool();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(crate::util::lock(&f.fake.booted).iter().all(|a| !a.is_alive()), "a closed pool refilled");
+}
+
+/// `limits_for` gives the disk cap in force: left out, the in-memory disk that fits (at most
+/// the default); asked for, that size (on disk when it does not fit in memory).
+#[tokio::test]
+async fn the_disk_asked_for_is_the_cap_in_force() {
+    use crate::backend::jail::in_memory;
+    let f = fixture();
+    let l = |v: serde_json::Value| f.m.limits_for(&serde_json::from_value(v).expect("resources")).expect("limits");
+    let d = l(serde_json::json!({"memory_mb": 512}));
+    assert_eq!((d.disk_mb, in_memory(&d)), (384, true), "512 MiB of memory leaves 384 for the disk");
+    let d = l(serde_json::json!({"memory_mb": 8192}));
+    assert_eq!((d.disk_mb, in_memory(&d)), (f.m.cfg.defaults.disk_mb, true), "at most the default when left out");
+    let d = l(serde_json::json!({"memory_mb": 512, "disk_mb": 200}));
+    assert_eq!((d.disk_mb, in_memory(&d)), (200, true));
+    let d = l(serde_json::json!({"memory_mb": 512, "disk_mb": 2048}));
+    assert_eq!((d.disk_mb, in_memory(&d)), (2048, false), "more than fits in memory is disk-backed");
+    let d = l(serde_json::json!({"memory_mb": 16, "disk_mb": 1}));
+    assert_eq!((d.disk_mb, in_memory(&d)), (4, true), "the smallest in-memory disk is 4 MiB");
+}
+
+#[test]
+fn tmpfs_id_maps_from_linux_6_3() {
+    for (release, idmaps) in [
+        ("6.1.0-57-amd64", false),
+        ("5.15.0-91-generic", false),
+        ("6.3.0", true),
+        ("6.12.48+deb13-amd64", true),
+        ("7.0.1", true),
+        ("", false),
+    ] {
+        assert_eq!(super::tmpfs_idmaps(release), idmaps, "{release:?}");
+    }
 }

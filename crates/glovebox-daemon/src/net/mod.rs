@@ -19,16 +19,24 @@
 
 mod link;
 mod netlink;
+mod nflog;
 mod nft;
 pub mod ruleset;
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use glovebox_proto::policy::Policy;
 
 use crate::error::{Error, Result};
 pub use link::ifname;
+pub use nflog::Logged;
 pub use ruleset::{ruleset, Ruleset};
+
+/// Where a sandbox's logged packets go (see [`Net::watch`]).
+pub type Sink = Arc<dyn Fn(&Logged) + Send + Sync>;
+type Sinks = Mutex<HashMap<u32, Sink>>;
 
 /// Tables are per daemon process (`glovebox_<pid>`): each handles only the interfaces in its
 /// own `ifaces` set, so several Glovebox processes on a host never drop each other's traffic,
@@ -52,10 +60,20 @@ fn chain(slot: u32) -> String {
     format!("sb{slot}")
 }
 
+/// The slot whose sandbox end has address `a`.
+fn slot_of(a: Ipv4Addr) -> Option<u32> {
+    let off = u32::from(a).checked_sub(u32::from(Ipv4Addr::new(10, 213, 0, 0)))?;
+    (off < 1 << 16 && off % 4 == 2).then_some(off / 4)
+}
+
 /// The host-side firewall and forwarding, set up on first use.
 pub struct Net {
     table: String,
-    ready: std::sync::OnceLock<std::result::Result<(), String>>,
+    ready: OnceLock<std::result::Result<(), String>>,
+    /// The netlink log group this daemon's rules log to (`None`: no packet audit on this
+    /// host, e.g. without nfnetlink_log), and who hears of each sandbox's packets.
+    log: OnceLock<Option<u16>>,
+    sinks: Arc<Sinks>,
 }
 
 impl Default for Net {
@@ -66,16 +84,68 @@ impl Default for Net {
 
 impl Net {
     pub fn new() -> Net {
-        Net { table: format!("{TABLE_PREFIX}{}", std::process::id()), ready: std::sync::OnceLock::new() }
+        Net {
+            table: format!("{TABLE_PREFIX}{}", std::process::id()),
+            ready: OnceLock::new(),
+            log: OnceLock::new(),
+            sinks: Arc::default(),
+        }
     }
 
-    /// Creates this daemon's table and enables forwarding.
+    /// Creates this daemon's table, enables forwarding and starts reading its log group.
     fn ensure(&self) -> Result<()> {
         let r = self.ready.get_or_init(|| {
             nft::create_table(&self.table).map_err(|e| format!("firewall table {}: {e}", self.table))?;
+            self.log.get_or_init(|| self.start_log());
             std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|e| format!("enable IPv4 forwarding: {e}"))
         });
         r.clone().map_err(Error::Unavailable)
+    }
+
+    /// Binds a log group and reads it on a thread of its own, handing each packet to the
+    /// sink of the sandbox that sent it; the thread ends with the first packet after this
+    /// `Net` is gone. None (and a warning) where the kernel has no packet logging.
+    fn start_log(&self) -> Option<u16> {
+        let start = 0x4000 + (std::process::id() % 0x3000) as u16;
+        let log = match nflog::Nflog::open(start) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("no packet audit (the egress log lists names and proxied connections only): {e}");
+                return None;
+            }
+        };
+        let group = log.group;
+        let sinks: Weak<Sinks> = Arc::downgrade(&self.sinks);
+        let spawned = std::thread::Builder::new().name("nflog".into()).spawn(move || loop {
+            let Some(sinks) = sinks.upgrade() else { return };
+            let mut batch: Vec<Logged> = Vec::new();
+            if let Err(e) = log.read(|p| batch.push(p)) {
+                tracing::warn!("packet audit stopped: {e}");
+                return;
+            }
+            let sinks = sinks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for p in &batch {
+                if let Some(sink) = slot_of(p.src).and_then(|s| sinks.get(&s)) {
+                    sink(p);
+                }
+            }
+        });
+        match spawned {
+            Ok(_) => Some(group),
+            Err(e) => {
+                tracing::warn!("no packet audit: {e}");
+                None
+            }
+        }
+    }
+
+    /// Sends the packets the firewall logs for slot `slot` to `sink`, until [`Net::detach`].
+    pub fn watch(&self, slot: u32, sink: Sink) {
+        self.sinks.lock().unwrap_or_else(|p| p.into_inner()).insert(slot, sink);
+    }
+
+    fn log_group(&self) -> Option<u16> {
+        self.log.get().copied().flatten()
     }
 
     /// Links namespace `ns` ahead of the sandbox that will run in it, as slot `slot`: the
@@ -124,7 +194,7 @@ impl Net {
     pub fn apply(&self, slot: u32, policy: &Policy, first: bool) -> Result<()> {
         self.ensure()?;
         let (host, _) = link_addrs(slot);
-        nft::apply(&self.table, &ifname(slot), &chain(slot), host, &ruleset(policy), first)
+        nft::apply(&self.table, &ifname(slot), &chain(slot), host, &ruleset(policy), first, self.log_group())
             .map_err(|e| Error::Internal(format!("firewall rules of {}: {e}", ifname(slot))))
     }
 
@@ -134,6 +204,7 @@ impl Net {
     /// network configuration lock a second time (about 20 ms, which the next sandbox's link
     /// would wait for). A link still there when the slot is reused is deleted then.
     pub fn detach(&self, slot: u32) {
+        self.sinks.lock().unwrap_or_else(|p| p.into_inner()).remove(&slot);
         let dev = ifname(slot);
         if let Err(e) = nft::remove(&self.table, &dev, &chain(slot)) {
             // A link made ahead and never attached has no chains: only its hold goes.
@@ -195,5 +266,15 @@ mod tests {
         assert_eq!(link_addrs(0), (Ipv4Addr::new(10, 213, 0, 1), Ipv4Addr::new(10, 213, 0, 2)));
         assert_eq!(link_addrs(1), (Ipv4Addr::new(10, 213, 0, 5), Ipv4Addr::new(10, 213, 0, 6)));
         assert_eq!(link_addrs(16_383).1, Ipv4Addr::new(10, 213, 255, 254));
+    }
+
+    #[test]
+    fn a_logged_packet_names_its_slot_by_the_sandbox_address() {
+        for slot in [0, 1, 77, 16_383] {
+            assert_eq!(slot_of(link_addrs(slot).1), Some(slot));
+            assert_eq!(slot_of(link_addrs(slot).0), None, "the host end sends no sandbox traffic");
+        }
+        assert_eq!(slot_of(Ipv4Addr::new(10, 214, 0, 2)), None);
+        assert_eq!(slot_of(Ipv4Addr::new(10, 212, 255, 254)), None);
     }
 }

@@ -39,7 +39,7 @@ pub struct NlError {
 }
 
 impl NlError {
-    fn new(what: &str, errno: Errno) -> NlError {
+    pub fn new(what: &str, errno: Errno) -> NlError {
         NlError { what: what.to_string(), errno }
     }
 }
@@ -135,6 +135,12 @@ impl Batch {
         self
     }
 
+    /// The messages built so far.
+    #[cfg(test)]
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// Finishes the message begun last.
     pub fn end(&mut self) {
         let len = (self.buf.len() - self.msg) as u32;
@@ -196,6 +202,28 @@ impl Socket {
             at += align(len);
         }
         Ok(true)
+    }
+
+    /// For a socket that listens (the log group): reads block until something comes, and
+    /// the kernel may queue up to `bytes` (more needs CAP_NET_ADMIN, which the daemon has).
+    pub fn no_timeout_and_room(&self, bytes: usize) -> Result<(), NlError> {
+        use rustix::net::sockopt;
+        sockopt::set_socket_timeout(&self.fd, sockopt::Timeout::Recv, None)
+            .map_err(|e| NlError::new("netlink timeout", e))?;
+        // SO_RCVBUFFORCE: past net.core.rmem_max; the plain one where that is refused.
+        sockopt::set_socket_recv_buffer_size_force(&self.fd, bytes)
+            .or_else(|_| sockopt::set_socket_recv_buffer_size(&self.fd, bytes))
+            .map_err(|e| NlError::new("netlink buffer", e))?;
+        Ok(())
+    }
+
+    /// Reads one datagram and hands each message's `(type, payload)` to `f`.
+    pub fn recv_all(&self, mut f: impl FnMut(u16, &[u8])) -> Result<(), NlError> {
+        self.recv(|ty, _, payload| {
+            f(ty, payload);
+            Ok(true)
+        })
+        .map(|_| ())
     }
 
     /// Sends `b` and waits for an ack of each message that asked for one; the first error

@@ -108,6 +108,8 @@ const NFT_LOOKUP_F_INV: u32 = 1;
 const NFT_CT_STATE: u32 = 0;
 /// `ct state established,related`.
 const CT_ESTABLISHED_RELATED: u32 = 2 | 4;
+/// `ct state new`.
+const CT_NEW: u32 = 8;
 const NFT_REJECT_TCP_RST: u32 = 1;
 const NFT_REJECT_ICMPX_UNREACH: u32 = 2;
 const NFT_REJECT_ICMPX_PORT_UNREACH: u8 = 1;
@@ -292,6 +294,11 @@ enum Expr<'a> {
     Masquerade,
     /// Packets and bytes that reached it (what `nft list` shows as `counter`).
     Counter,
+    /// Copies the packet's first `nflog::SNAPLEN` bytes to netlink log group `group`.
+    Log {
+        group: u16,
+        prefix: &'static str,
+    },
 }
 
 impl Expr<'_> {
@@ -308,6 +315,7 @@ impl Expr<'_> {
             Expr::Dnat => "nat",
             Expr::Masquerade => "masq",
             Expr::Counter => "counter",
+            Expr::Log { .. } => "log",
         };
         b.str(NFTA_EXPR_NAME, name).open(NFTA_EXPR_DATA | NLA_F_NESTED);
         match self {
@@ -372,6 +380,10 @@ impl Expr<'_> {
             Expr::Dnat => {
                 b.be32(1, NFT_NAT_DNAT).be32(2, u32::from(NFPROTO_IPV4)).be32(3, NFT_REG_1).be32(5, NFT_REG_2);
             }
+            // NFTA_LOG_GROUP (big-endian u16), NFTA_LOG_PREFIX, NFTA_LOG_SNAPLEN
+            Expr::Log { group, prefix } => {
+                b.attr(1, &group.to_be_bytes()).str(2, prefix).be32(3, super::nflog::SNAPLEN);
+            }
             Expr::Masquerade | Expr::Counter => {}
         }
         b.close();
@@ -408,7 +420,10 @@ fn l4(proto: L4, port: Option<u16>) -> Vec<Expr<'static>> {
     v
 }
 
-fn out_rule(r: &Rule) -> Vec<Expr<'static>> {
+/// The rules enforcing `r`: with a log group, a denial is logged, and so is the first
+/// packet of each connection an address rule accepts (a rule of its own before the accept,
+/// matching `ct state new`).
+fn out_rules(r: &Rule, log: Option<u16>) -> Vec<Vec<Expr<'static>>> {
     let mut v = match r.to {
         Some(n) => daddr(n),
         // Sandboxes have no IPv6: "anything" accepted means any IPv4.
@@ -418,14 +433,30 @@ fn out_rule(r: &Rule) -> Vec<Expr<'static>> {
     if let Some(p) = r.l4 {
         v.extend(l4(p, r.port));
     }
-    // CIDR-routed traffic is audited by these counters (docs/network.md).
+    let mut rules = Vec::new();
+    match (log, r.verdict) {
+        (Some(group), Verdict::Accept) => {
+            let mut first = v.clone();
+            first.extend([
+                Expr::CtState,
+                Expr::Mask(CT_NEW.to_ne_bytes()),
+                Expr::Cmp(NFT_CMP_NEQ, 0u32.to_ne_bytes().to_vec()),
+                Expr::Log { group, prefix: super::nflog::PREFIX_ALLOWED },
+            ]);
+            rules.push(first);
+        }
+        (Some(group), _) => v.push(Expr::Log { group, prefix: super::nflog::PREFIX_DENIED }),
+        (None, _) => {}
+    }
+    // CIDR-routed traffic is also counted (docs/network.md).
     v.push(Expr::Counter);
     v.push(match r.verdict {
         Verdict::Accept => Expr::Verdict(NF_ACCEPT, None),
         Verdict::Reject => Expr::Reject { tcp: false },
         Verdict::Reset => Expr::Reject { tcp: true },
     });
-    v
+    rules.push(v);
+    rules
 }
 
 fn service_rule(host: Ipv4Addr, s: &Service) -> Vec<Expr<'static>> {
@@ -492,8 +523,17 @@ pub fn create_table(table: &str) -> Result<(), NlError> {
 }
 
 /// Replaces the chains of the sandbox on link `dev` (host end `host`) with `rules`, in one
-/// transaction; `first` also enters the link into the dispatch sets.
-pub fn apply(table: &str, dev: &str, chain: &str, host: Ipv4Addr, rules: &Ruleset, first: bool) -> Result<(), NlError> {
+/// transaction; `first` also enters the link into the dispatch sets. With `log`, the
+/// outbound rules log to that netlink group (`nflog`).
+pub fn apply(
+    table: &str,
+    dev: &str,
+    chain: &str,
+    host: Ipv4Addr,
+    rules: &Ruleset,
+    first: bool,
+    log: Option<u16>,
+) -> Result<(), NlError> {
     let mut tx = Tx::new(table);
     let (c_in, c_nat) = (format!("{chain}_in"), format!("{chain}_nat"));
     for c in [chain, &c_in, &c_nat] {
@@ -501,7 +541,9 @@ pub fn apply(table: &str, dev: &str, chain: &str, host: Ipv4Addr, rules: &Rulese
         tx.flush_chain(c);
     }
     for r in &rules.out {
-        tx.rule(chain, &out_rule(r));
+        for e in out_rules(r, log) {
+            tx.rule(chain, &e);
+        }
     }
     for s in &rules.services {
         tx.rule(&c_in, &service_rule(host, s));
@@ -596,7 +638,7 @@ mod tests {
         )
         .expect("policy");
         let host = Ipv4Addr::new(10, 213, 255, 253);
-        apply(&table, "gbtest0", "sb0", host, &super::super::ruleset(&p), true).expect("first apply");
+        apply(&table, "gbtest0", "sb0", host, &super::super::ruleset(&p), true, Some(4242)).expect("first apply");
         apply(
             &table,
             "gbtest0",
@@ -604,6 +646,7 @@ mod tests {
             host,
             &super::super::ruleset(&glovebox_proto::policy::Policy::deny_all()),
             false,
+            None,
         )
         .expect("replace");
         remove(&table, "gbtest0", "sb0").expect("remove");

@@ -147,6 +147,29 @@ impl Ruleset {
             .unwrap_or(Verdict::Reject)
     }
 
+    /// The rule that decides a packet to `ip`, `port` over IP protocol `proto`, in words
+    /// (for the egress audit).
+    pub fn explain(&self, ip: Ipv4Addr, proto: u8, port: u16) -> String {
+        let p = match proto {
+            6 => Proto::Tcp,
+            17 => Proto::Udp,
+            _ => Proto::Other,
+        };
+        let Some(r) = self.out.iter().find(|r| r.matches(ip, p, port)) else {
+            return "no rule allows it".into();
+        };
+        let what = match (r.l4, r.port) {
+            (Some(l4), Some(port)) => format!(" {}/{port}", if l4 == L4::Tcp { "tcp" } else { "udp" }),
+            _ => String::new(),
+        };
+        match (r.to, r.verdict) {
+            (Some(n), Verdict::Accept) => format!("allowed by rule {n}{what}"),
+            (Some(n), _) => format!("denied by rule {n}"),
+            (None, Verdict::Accept) => "allowed: allow-all".into(),
+            (None, _) => "denied: no rule allows this address, protocol and port".into(),
+        }
+    }
+
     /// Whether the address rules deny `ip` whatever the port: what the proxy checks after
     /// a name is allowed. The first rule naming a network that holds `ip` decides; an
     /// address no such rule names is denied if it is in an always-denied range.

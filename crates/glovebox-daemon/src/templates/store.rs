@@ -164,6 +164,14 @@ impl Store {
             .unwrap_or(0)
     }
 
+    /// What made layer `id` (its `meta.json`'s `step`).
+    pub fn layer_step(&self, id: &str) -> Option<String> {
+        fs::read_to_string(self.root.join("layers").join(id).join("meta.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .and_then(|v| v["step"].as_str().map(str::to_string))
+    }
+
     fn template_path(&self, name: &str) -> PathBuf {
         self.root.join("templates").join(format!("{name}.json"))
     }

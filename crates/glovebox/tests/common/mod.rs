@@ -382,6 +382,19 @@ pub fn leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) -> Vec<String> {
     problems
 }
 
+/// Loop devices whose backing file is under `dir`, as `loopN -> file`.
+pub fn loop_devices_under(dir: &Path) -> Vec<String> {
+    let Ok(rd) = fs::read_dir("/sys/block") else { return Vec::new() };
+    let dir = dir.to_string_lossy().into_owned();
+    rd.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let file = fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            file.trim().starts_with(&dir).then(|| format!("{name} -> {}", file.trim()))
+        })
+        .collect()
+}
+
 /// Polls [`leaks`] for a few seconds (killed processes take a moment to disappear), then
 /// panics with every leak found.
 pub fn assert_no_leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) {
@@ -778,6 +791,13 @@ impl Daemon {
         let dd = self.data_dir.to_string_lossy().into_owned();
         let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         assert!(!mounts.contains(&dd), "a host mount under the data dir {dd} is left");
+        // A volume's loop device is cleared once its filesystem's last user is gone.
+        let mut left = Vec::new();
+        let cleared = poll(Duration::from_secs(5), Duration::from_millis(50), || {
+            left = loop_devices_under(&self.data_dir);
+            left.is_empty().then_some(())
+        });
+        assert!(cleared.is_some(), "loop devices backed by files under {dd} are left: {left:?}");
     }
 }
 

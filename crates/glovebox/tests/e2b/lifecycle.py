@@ -29,6 +29,18 @@ sb = Sandbox.create(timeout=120, envs={"GREETING": "hello e2b"}, metadata={"run"
 check("create(envs=…) reaches commands", sb.commands.run("echo $GREETING").stdout.strip() == "hello e2b")
 other = Sandbox.create(timeout=60, metadata={"run": run, "role": "other"})
 
+# get_host(port) names the daemon's preview host of that port (Host-routed, on the daemon's
+# own listener; the name is sent as a Host header so nothing is resolved); the sandbox's
+# traffic token opens it, and without it the port is private.
+sb.commands.run("cd /tmp && python3 -m http.server 8000 >/dev/null 2>&1", background=True)
+preview = sb.get_host(8000)
+port = url.rsplit(":", 1)[1].strip("/")
+check("get_host(8000) is the preview host", preview == f"8000-{sb.sandbox_id}.localhost:{port}", preview)
+through = lambda h: httpx.get(url.rstrip("/") + "/", headers={"Host": preview, **h}, timeout=10)  # noqa: E731
+r = poll(lambda: (lambda r: r if r.status_code == 200 else None)(through({"e2b-traffic-access-token": sb.traffic_access_token})), 20)
+check("get_host(8000) with the traffic token reaches the server", r is not None and "Directory listing" in r.text)
+check("get_host(8000) without it is private", through({}).status_code == 401)
+
 ids = lambda q: {s.sandbox_id for s in Sandbox.list(query=q).next_items()}  # noqa: E731
 from e2b.sandbox.sandbox_api import SandboxQuery  # noqa: E402
 
@@ -114,9 +126,18 @@ check("connect() resumes it", str(Sandbox.get_info(ps.sandbox_id).state).lower()
 check("its files are kept", back.commands.run("cat /tmp/state").stdout == "kept\n")
 check("its processes are kept", back.commands.run("pgrep -x sleep").exit_code == 0)
 ps.pause()
-check("a command on a paused sandbox resumes it", ps.commands.run("echo awake").stdout == "awake\n")
-check("and it runs again", str(Sandbox.get_info(ps.sandbox_id).state).lower().endswith("running"))
+# As in E2B, traffic does not wake a paused sandbox unless it was created with auto_resume.
+from e2b import TimeoutException  # noqa: E402
+check("is_running() of a paused sandbox is False", ps.is_running() is False)
+raises("a command on a paused sandbox (no auto_resume) -> TimeoutException", TimeoutException,
+       ps.commands.run, "echo awake")
+check("and it stays paused", str(Sandbox.get_info(ps.sandbox_id).state).lower().endswith("paused"))
 ps.kill()
+ar = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause", "auto_resume": True}, metadata={"run": run})
+ar.pause()
+check("with auto_resume, a command on a paused sandbox resumes it", ar.commands.run("echo awake").stdout == "awake\n")
+check("and it runs again", str(Sandbox.get_info(ar.sandbox_id).state).lower().endswith("running"))
+ar.kill()
 
 # on_timeout pause (autoPause): idle past its timeout, the sandbox is paused, not killed.
 ap = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"}, metadata={"run": run, "role": "autopause"})

@@ -12,7 +12,15 @@ twin. Only the standard library is used.
 """
 
 from ._http import DEFAULT_URL, __version__
-from .aio import AsyncCommandHandle, AsyncCommands, AsyncFiles, AsyncFileStream, AsyncSandbox
+from .aio import (
+    AsyncCommandHandle,
+    AsyncCommands,
+    AsyncFiles,
+    AsyncFileStream,
+    AsyncPty,
+    AsyncPtyHandle,
+    AsyncSandbox,
+)
 from .errors import (
     AuthError,
     CommandExitError,
@@ -38,21 +46,31 @@ from .models import (
     Result,
     SandboxInfo,
 )
-from .sandbox import CommandHandle, Commands, Files, FileStream, Sandbox
+from .sandbox import CommandHandle, Commands, Files, FileStream, Pty, PtyHandle, Sandbox
+from .snapshots import Snapshot, SnapshotInfo
+from .volumes import Volume, VolumeInfo
 
 __all__ = [
     "__version__",
     "DEFAULT_URL",
     "Sandbox",
+    "Volume",
+    "VolumeInfo",
+    "Snapshot",
+    "SnapshotInfo",
     "Commands",
     "CommandHandle",
     "Files",
     "FileStream",
+    "Pty",
+    "PtyHandle",
     "AsyncSandbox",
     "AsyncCommands",
     "AsyncCommandHandle",
     "AsyncFiles",
     "AsyncFileStream",
+    "AsyncPty",
+    "AsyncPtyHandle",
     "SandboxInfo",
     "Limits",
     "CommandResult",

@@ -17,12 +17,14 @@ import inspect
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from ._http import DEFAULT_REQUEST_TIMEOUT
 from .errors import GloveboxError
 from .models import CommandInfo, CommandResult, Context, Execution, FileInfo, Metrics, SandboxInfo
-from .sandbox import CommandHandle, Commands, Files, FileStream, Sandbox
+from .snapshots import SnapshotInfo
+from .volumes import VolumeSpec
+from .sandbox import CommandHandle, Commands, Files, FileStream, Pty, PtyHandle, Sandbox
 
 __all__ = ["AsyncSandbox", "AsyncCommands", "AsyncCommandHandle", "AsyncFiles", "AsyncFileStream"]
 
@@ -80,6 +82,7 @@ class AsyncSandbox:
         self._sync = sandbox
         self.commands = AsyncCommands(sandbox.commands)
         self.files = AsyncFiles(sandbox.files)
+        self.pty = AsyncPty(sandbox.pty)
 
     @classmethod
     async def create(
@@ -98,11 +101,13 @@ class AsyncSandbox:
         request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
         idle_timeout: Optional[float] = None,
         on_idle: Optional[str] = None,
+        volumes: Optional[Sequence[VolumeSpec]] = None,
+        snapshot: Optional[str] = None,
     ) -> "AsyncSandbox":
         sb = await _call(Sandbox.create, template=template, timeout=timeout, cpus=cpus, memory_mb=memory_mb,
                          disk_mb=disk_mb, pids=pids, env=env, metadata=metadata, network=network, url=url,
                          api_key=api_key, request_timeout=request_timeout, idle_timeout=idle_timeout,
-                         on_idle=on_idle)
+                         on_idle=on_idle, volumes=volumes, snapshot=snapshot)
         return cls(sb)
 
     @classmethod
@@ -138,11 +143,27 @@ class AsyncSandbox:
     async def set_timeout(self, seconds: float) -> SandboxInfo:
         return await _call(self._sync.set_timeout, seconds)
 
+    async def set_metadata(self, metadata: Mapping[str, str]) -> SandboxInfo:
+        return await _call(self._sync.set_metadata, metadata)
+
+    async def set_idle_timeout(self, seconds: float) -> SandboxInfo:
+        return await _call(self._sync.set_idle_timeout, seconds)
+
     async def pause(self) -> SandboxInfo:
         return await _call(self._sync.pause)
 
     async def resume(self) -> SandboxInfo:
         return await _call(self._sync.resume)
+
+    async def snapshot(self, name: str) -> SnapshotInfo:
+        return await _call(self._sync.snapshot, name)
+
+    async def fork(self, count: int = 1) -> List["AsyncSandbox"]:
+        """See :meth:`Sandbox.fork` (processes are not copied)."""
+        return [AsyncSandbox(s) for s in await _call(self._sync.fork, count)]
+
+    async def expose(self, port: int, public: bool = False) -> str:
+        return await _call(self._sync.expose, port, public)
 
     async def kill(self) -> bool:
         return await _call(self._sync.kill)
@@ -268,6 +289,57 @@ class AsyncCommandHandle:
 
     def __repr__(self) -> str:
         return f"AsyncCommandHandle(id={self.id}, pid={self.pid})"
+
+
+class AsyncPty:
+    """``sb.pty`` of an :class:`AsyncSandbox` (see :class:`glovebox.Pty`)."""
+
+    def __init__(self, pty: Pty) -> None:
+        self._p = pty
+
+    async def create(self, cols: int = 80, rows: int = 24, cmd: Any = None, cwd: Optional[str] = None,
+                     envs: Optional[Mapping[str, str]] = None) -> "AsyncPtyHandle":
+        return AsyncPtyHandle(await _call(self._p.create, cols, rows, cmd, cwd, envs))
+
+    def connect(self, command_id: int) -> "AsyncPtyHandle":
+        return AsyncPtyHandle(self._p.connect(command_id))
+
+    async def send_input(self, command_id: int, data: Union[str, bytes]) -> None:
+        await _call(self._p.send_input, command_id, data)
+
+    async def resize(self, command_id: int, cols: int, rows: int) -> None:
+        await _call(self._p.resize, command_id, cols, rows)
+
+    async def kill(self, command_id: int, signal: int = 9) -> None:
+        await _call(self._p.kill, command_id, signal)
+
+
+class AsyncPtyHandle(AsyncCommandHandle):
+    """A terminal command of an :class:`AsyncSandbox` (see :class:`glovebox.PtyHandle`)."""
+
+    def __init__(self, handle: PtyHandle) -> None:
+        super().__init__(handle)
+        self._p = handle
+
+    async def send_input(self, data: Union[str, bytes]) -> None:
+        await _call(self._p.send_input, data)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await _call(self._p.resize, cols, rows)
+
+    async def read(self, timeout: Optional[float] = None) -> Optional[bytes]:
+        return await _call(self._p.read, timeout)
+
+    async def wait(self, timeout: Optional[float] = None, check: bool = False,
+                   on_data: Optional[Callable[[bytes], Any]] = None) -> CommandResult:
+        cb = _on_loop(asyncio.get_running_loop(), on_data)
+        return await _call(self._p.wait, timeout, check, cb)
+
+    async def disconnect(self) -> None:
+        await _call(self._p.disconnect)
+
+    def __repr__(self) -> str:
+        return f"AsyncPtyHandle(id={self.id}, pid={self.pid})"
 
 
 class AsyncFileStream:

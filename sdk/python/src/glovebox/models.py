@@ -66,6 +66,14 @@ class SandboxInfo:
     metadata: Dict[str, str]
     network: Dict[str, Any]
     end_reason: Optional[str] = None
+    #: Seconds without activity before the idle clock acts; ``None``: no idle clock.
+    idle_timeout: Optional[int] = None
+    #: The snapshot it started from (a fork's children: the fork's anonymous one).
+    snapshot: Optional[str] = None
+    #: The sandbox it was forked from.
+    parent_id: Optional[str] = None
+    #: Its lineage, parent first.
+    ancestors: List[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -79,6 +87,10 @@ class SandboxInfo:
             metadata=dict(d.get("metadata") or {}),
             network=dict(d.get("network") or {}),
             end_reason=d.get("end_reason"),
+            idle_timeout=d.get("idle_timeout_s"),
+            snapshot=d.get("snapshot"),
+            parent_id=d.get("parent_id"),
+            ancestors=list(d.get("ancestors") or []),
         )
 
 

@@ -24,6 +24,8 @@ from .models import (
     Result,
     SandboxInfo,
 )
+from .snapshots import SnapshotInfo
+from .volumes import VolumeSpec, mounts_body
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "FileStream"]
 
@@ -85,6 +87,7 @@ class Sandbox:
         self._info = info
         self.commands = Commands(self)
         self.files = Files(self)
+        self.pty = Pty(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -105,19 +108,29 @@ class Sandbox:
         request_timeout: Optional[float] = DEFAULT_REQUEST_TIMEOUT,
         idle_timeout: Optional[float] = None,
         on_idle: Optional[str] = None,
+        volumes: Optional[Sequence[VolumeSpec]] = None,
+        snapshot: Optional[str] = None,
     ) -> "Sandbox":
         """Creates a sandbox. ``timeout`` is its lifetime in seconds (it is destroyed then,
         whatever runs; extend with :meth:`set_timeout`). ``network`` is a policy object
         (``{"mode": "deny-all"}``) or just its mode. ``url``/``api_key`` default to
         ``$GLOVEBOX_URL`` / ``$GLOVEBOX_API_KEY``. ``idle_timeout`` (seconds) stops it once
         nothing has run in it or talked to it for that long (reason ``idle``); with
-        ``on_idle="pause"`` it is paused instead."""
+        ``on_idle="pause"`` it is paused instead. ``volumes`` mounts volumes (see
+        :class:`Volume`): ``["data:/data", "ref:/ref:ro"]`` or ``{"name", "path", "read_only"}``
+        dicts. ``snapshot`` starts it from one of your snapshots (its files are there at once;
+        its template is the snapshot's)."""
         t = Transport(url, api_key, request_timeout)
         body = _create_body(template, timeout, cpus, memory_mb, disk_mb, pids, env, metadata, network)
         if idle_timeout is not None:
             body["idle_timeout_s"] = int(math.ceil(idle_timeout))
         if on_idle is not None:
             body["on_idle"] = on_idle
+        mounts = mounts_body(volumes)
+        if mounts:
+            body["volumes"] = mounts
+        if snapshot is not None:
+            body["snapshot"] = snapshot
         info = SandboxInfo.from_json(t.request("POST", "/v1/sandboxes", json=body).json())
         return cls(info.id, transport=t, info=info)
 
@@ -174,6 +187,20 @@ class Sandbox:
         self._info = SandboxInfo.from_json(self._t.request("POST", self._path("/timeout"), json=body).json())
         return self._info
 
+    def set_metadata(self, metadata: Mapping[str, str]) -> SandboxInfo:
+        """Replaces the sandbox's metadata (the whole set), live; list filters see it at once."""
+        return self._update({"metadata": dict(metadata)})
+
+    def set_idle_timeout(self, seconds: float) -> SandboxInfo:
+        """Sets the idle timeout, live: the idle clock uses it from its next check (measured
+        from the last activity); 0 turns the idle clock off. What it does at the end
+        (``on_idle``) stays as created."""
+        return self._update({"idle_timeout_s": int(math.ceil(seconds))})
+
+    def _update(self, body: Dict[str, Any]) -> SandboxInfo:
+        self._info = SandboxInfo.from_json(self._t.request("PATCH", self._path(), json=body).json())
+        return self._info
+
     def pause(self) -> SandboxInfo:
         """Pauses the sandbox: its processes frozen (memory kept), its clocks stopped with the
         lifetime left kept. Idempotent. Any command, file or code call resumes it."""
@@ -185,6 +212,33 @@ class Sandbox:
         Idempotent."""
         self._info = SandboxInfo.from_json(self._t.request("POST", self._path("/resume")).json())
         return self._info
+
+    def snapshot(self, name: str) -> "SnapshotInfo":
+        """Snapshots the sandbox's files as ``name`` (it is frozen for the copy, then thawed
+        unless it was paused). Processes and memory are not kept. ``ConflictError`` if the name
+        is taken; code ``snapshot_failed`` beyond its disk cap or 128 directory levels."""
+        r = self._t.request("POST", self._path("/snapshots"), json={"name": name})
+        return SnapshotInfo.from_json(r.json())
+
+    def fork(self, count: int = 1) -> List["Sandbox"]:
+        """``count`` (1-20) new sandboxes starting from this one's current files, each with a
+        copy of its network policy, limits, environment and labels; their info shows
+        ``parent_id`` and ``ancestors``. Running processes are NOT copied: each child starts
+        with nothing running."""
+        r = self._t.request("POST", self._path("/fork"), json={"count": int(count)}).json() or {}
+        out = []
+        for s in r.get("sandboxes", []):
+            info = SandboxInfo.from_json(s)
+            out.append(Sandbox(info.id, transport=self._t, info=info))
+        return out
+
+    def expose(self, port: int, public: bool = False) -> str:
+        """Exposes ``port`` (a server listening inside the sandbox) and returns its preview URL,
+        ``http://PORT-ID.<domain>:<daemon port>/``: with the port's token in it
+        (``?gb_token=``) unless ``public``, in which case it needs no credential."""
+        body = {"public": bool(public)}
+        p = self._t.request("POST", self._path(f"/ports/{int(port)}"), json=body).json()
+        return p["url"] if p["public"] else f"{p['url']}?gb_token={p['token']}"
 
     def kill(self) -> bool:
         """Destroys the sandbox and everything in it. False if it had already ended."""
@@ -554,6 +608,107 @@ class CommandHandle:
 
     def __repr__(self) -> str:
         return f"CommandHandle(id={self.id}, pid={self.pid})"
+
+
+class Pty:
+    """``sb.pty``: commands on a pseudo-terminal (a shell a person or an agent types into).
+
+    A terminal command runs in the background; its output is read by attaching
+    (:meth:`PtyHandle.wait` with ``on_data``, or :meth:`PtyHandle.read`). Nothing is kept
+    while nobody is attached beyond a small backlog; past it the program waits to write."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def create(self, cols: int = 80, rows: int = 24, cmd: Optional[Cmd] = None, cwd: Optional[str] = None,
+               envs: Optional[Mapping[str, str]] = None) -> "PtyHandle":
+        """Starts ``cmd`` (default: a login shell) on a ``cols`` × ``rows`` terminal
+        (1 to 1000 each); ``TERM`` defaults to ``xterm-256color``."""
+        body: Dict[str, Any] = {"cols": int(cols), "rows": int(rows)}
+        if cmd is not None:
+            body["cmd"] = cmd if isinstance(cmd, str) else [str(a) for a in cmd]
+        if cwd is not None:
+            body["cwd"] = cwd
+        if envs:
+            body["env"] = dict(envs)
+        r = self._sb._t.request("POST", self._sb._path("/pty"), json=body).json()
+        return PtyHandle(self._sb, int(r["id"]), int(r.get("pid", 0)))
+
+    def connect(self, command_id: int) -> "PtyHandle":
+        return PtyHandle(self._sb, int(command_id), 0)
+
+    def send_input(self, command_id: int, data: Union[str, bytes]) -> None:
+        self.connect(command_id).send_input(data)
+
+    def resize(self, command_id: int, cols: int, rows: int) -> None:
+        self.connect(command_id).resize(cols, rows)
+
+    def kill(self, command_id: int, signal: int = 9) -> None:
+        self.connect(command_id).kill(signal)
+
+
+class PtyHandle(CommandHandle):
+    """A terminal command: what a :class:`CommandHandle` does, plus input, resize and its
+    output over a WebSocket."""
+
+    def __init__(self, sandbox: Sandbox, id: int, pid: int) -> None:
+        super().__init__(sandbox, id, pid)
+        self._ws: Any = None
+
+    def send_input(self, data: Union[str, bytes]) -> None:
+        """Types ``data`` into the terminal (``"\\x03"`` is Ctrl-C)."""
+        self.send_stdin(data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._sb._t.request("POST", self._sb._path(f"/pty/{self.id}/resize"),
+                            json={"cols": int(cols), "rows": int(rows)})
+
+    def _attached(self) -> Any:
+        if self._ws is None:
+            from . import _ws
+            self._ws = _ws.connect(self._sb._t, self._sb._path(f"/pty/{self.id}/ws"), self._sb._t.request_timeout)
+        return self._ws
+
+    def read(self, timeout: Optional[float] = None) -> Optional[bytes]:
+        """The next output bytes (attaching first if needed); ``None`` once the program
+        ended or another client took the terminal over. ``timeout``: seconds to wait
+        (``glovebox.TimeoutError``); default no limit."""
+        from . import _ws
+        ws = self._attached()
+        while True:
+            try:
+                op, payload = ws.recv(timeout)
+            except GloveboxError:
+                # A frame may have been cut: this attachment is done (a next read re-attaches).
+                self.disconnect()
+                raise
+            if op == _ws.BINARY:
+                return payload
+            if op == _ws.CLOSE:
+                self._ws = None
+                return None
+
+    def wait(self, timeout: Optional[float] = None, check: bool = False,
+             on_data: Optional[Callable[[bytes], None]] = None) -> CommandResult:
+        """Blocks until the program ends and returns its result (output fields empty: a
+        terminal's output is not kept). With ``on_data``, the output is attached to and
+        passed on as it comes."""
+        if on_data is not None:
+            while True:
+                b = self.read()
+                if b is None:
+                    break
+                on_data(b)
+        return super().wait(timeout=timeout, check=check)
+
+    def disconnect(self) -> None:
+        """Detaches (the program keeps running)."""
+        if self._ws is not None:
+            self._ws.close()
+            self._ws = None
+
+    def __repr__(self) -> str:
+        return f"PtyHandle(id={self.id}, pid={self.pid})"
 
 
 class FileStream:
