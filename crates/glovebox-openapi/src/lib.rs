@@ -4,7 +4,7 @@
 //! - `components/schemas` are generated from the wire types in `glovebox_proto::api`
 //!   (`schemars`, with the proto crate's `schema` feature), never written by hand. The three
 //!   agent types that module re-exports have mirrors in [`foreign`], kept honest by tests.
-//! - `paths` is a hand-written table ([`paths::OPS`]); the `valid` test checks it covers
+//! - `paths` is a hand-written table ([`paths::ops`]); the `valid` test checks it covers
 //!   every route of the daemon's router, and that every `$ref` resolves.
 //!
 //! The output is deterministic whatever serde_json's features: map keys are emitted sorted
