@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use glovebox_proto::api::{self, CreateSandbox, EndReason, Limits};
+use glovebox_proto::policy::Policy;
 
 use super::pools::Booted;
 use super::record::{Deadline, Running, Settings};
@@ -102,6 +103,7 @@ impl Manager {
         lineage: Option<super::snapshots::Lineage>,
     ) -> Result<Arc<Sb>> {
         let _work = self.sandbox_work.guard();
+        let create_started = Instant::now();
         let mut template = req.template.clone().unwrap_or_else(|| "base".to_string());
         // From a snapshot, GC (exclusive) waits until the sandbox is listed (its layers kept).
         let _gc = match req.snapshot.is_some() && build.is_none() {
@@ -169,10 +171,17 @@ impl Manager {
         } else {
             None
         };
-        let (booted, warm) = match warm {
-            Some(b) => (b, true),
-            None => (self.boot_for_request(&limits, &tpl, upper, policy.needs_link(), binds).await?, false),
+        let egress = crate::egress::Egress::new(policy.clone(), self.secrets.clone(), tenant);
+        let boot_started = Instant::now();
+        let link = policy.needs_link().then(|| (policy.clone(), egress.clone()));
+        let (booted, warm, attached) = match warm {
+            Some(b) => (b, true, false),
+            None => {
+                let (b, attached) = self.boot_for_request(&limits, &tpl, upper, link, binds).await?;
+                (b, false, attached)
+            }
         };
+        let boot_us = boot_started.elapsed().as_micros() as u64;
         self.refill_pool();
         // What the sandbox used before it was handed out (boot, a warm kernel) is not billed.
         let cpu_base = booted.host.cpu_usage_usec().unwrap_or(0);
@@ -196,7 +205,7 @@ impl Manager {
             pid_start: crate::store::proc_start_time(booted.host.pid()).unwrap_or(0),
             host: booted.host,
             kernels: booted.kernels,
-            egress: crate::egress::Egress::new(policy.clone(), self.secrets.clone(), tenant),
+            egress,
             deadline: Deadline::after(Duration::from_secs(timeout_s)),
             meter: crate::usage::Meter::new(now, cpu_base),
             commands: crate::manager::records::Counts::default(),
@@ -212,8 +221,10 @@ impl Manager {
             a();
         }
         self.watch(sb.clone());
+        let link_started = Instant::now();
         if policy.needs_link() {
             let r = match self.prepare(&sb, &policy).await {
+                Ok(()) if attached => self.linked(&sb),
                 Ok(()) => self.link(&sb, &policy).await,
                 Err(e) => Err(e),
             };
@@ -223,6 +234,8 @@ impl Manager {
                 return Err(e);
             }
         }
+        // The network's part after the boot (a policy attached ahead is in the boot's time).
+        let link_us = link_started.elapsed().as_micros() as u64;
         if !warm && tpl.preload.is_some() {
             // Start the kernel now so the first cell pays as little as possible.
             let sb2 = sb.clone();
@@ -235,33 +248,46 @@ impl Manager {
         if let Some(cmd) = tpl.defaults.as_ref().and_then(|d| d.start_cmd.clone()) {
             self.start_template_cmd(&sb, cmd).await;
         }
-        tracing::info!(sandbox = %sb.id, pid = sb.pid, "sandbox started");
+        let total_us = create_started.elapsed().as_micros() as u64;
+        tracing::info!(sandbox = %sb.id, pid = sb.pid, warm, boot_us, link_us, total_us, "sandbox started");
         unanswered.id = None;
         Ok(sb)
     }
 
-    /// Boots a fresh sandbox for a create (in a namespace linked ahead, when `link` and one
-    /// is ready). A caller that goes away meanwhile (a client hanging up drops the request's
-    /// future) is not there to take the sandbox: the boot's end tears it down.
+    /// Boots a fresh sandbox for a create (in a namespace linked ahead, when `link` is given
+    /// and one is ready). A sandbox that got a namespace linked ahead has its policy attached
+    /// on the boot's own thread, right after the boot (the second value is then true): the
+    /// create does not wait for a second blocking task, and the rules are committed before the
+    /// sandbox is handed out. A caller that goes away meanwhile (a client hanging up drops the
+    /// request's future) is not there to take the sandbox: the boot's end tears it down.
     async fn boot_for_request(
         self: &Arc<Self>,
         limits: &Limits,
         tpl: &Template,
         upper: Option<PathBuf>,
-        link: bool,
+        link: Option<(Policy, Arc<crate::egress::Egress>)>,
         volumes: Vec<glovebox_jail::config::Volume>,
-    ) -> Result<Booted> {
-        let spec = crate::backend::Spec { link, volumes, ..self.spec(limits, tpl, upper, false) };
+    ) -> Result<(Booted, bool)> {
+        let spec = crate::backend::Spec { link: link.is_some(), volumes, ..self.spec(limits, tpl, upper, false) };
         let (this, t) = (self.clone(), tpl.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            let b = this.boot(&spec, &t);
+            let booted = this.boot(&spec, &t).and_then(|b| match link {
+                Some((policy, egress)) if b.host.linked_ahead() => match this.attach_ahead(&b, &policy, &egress) {
+                    Ok(()) => Ok((b, true)),
+                    Err(e) => {
+                        b.discard();
+                        Err(e)
+                    }
+                },
+                _ => Ok((b, false)),
+            });
             // Undelivered (nobody listening, or the listener gone with the value still in the
             // channel), the hand-off discards it.
-            let _ = tx.send(b.map(|b| Handoff(Some(b))));
+            let _ = tx.send(booted.map(|(b, attached)| (Handoff(Some(b)), attached)));
         });
-        let b = rx.await.map_err(|_| Error::Internal("create task ended without a sandbox".into()))??;
-        Ok(b.take())
+        let (b, attached) = rx.await.map_err(|_| Error::Internal("create task ended without a sandbox".into()))??;
+        Ok((b.take(), attached))
     }
 
     /// The template `name`: `base` (host /usr), one built into the data dir, or one built

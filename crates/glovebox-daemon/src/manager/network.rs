@@ -16,14 +16,10 @@ use crate::util::lock;
 pub const SANDBOX_CA: &str = "/etc/glovebox/sandbox-ca.pem";
 
 impl Manager {
-    /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
-    pub(crate) async fn link(&self, sb: &Arc<Sb>, policy: &Policy) -> Result<()> {
-        let (slot, pid, ahead) = (sb.slot(), sb.pid, sb.host.linked_ahead());
-        let p = policy.clone();
-        let net = self.net.clone();
-        // The packet audit hears of the sandbox's packets from its first one on.
-        let egress = Arc::downgrade(&sb.egress);
-        net.watch(
+    /// Has the packet audit tell `egress` of the slot's packets, from its first one on.
+    fn watch_packets(&self, slot: u32, egress: &Arc<crate::egress::Egress>) {
+        let egress = Arc::downgrade(egress);
+        self.net.watch(
             slot,
             Arc::new(move |p: &crate::net::Logged| {
                 if let Some(e) = egress.upgrade() {
@@ -31,6 +27,33 @@ impl Manager {
                 }
             }),
         );
+    }
+
+    /// Attaches `policy` to a sandbox just booted in a namespace linked ahead (its rules in
+    /// one nf_tables commit). Blocking: runs on the boot's thread.
+    pub(super) fn attach_ahead(
+        &self,
+        b: &super::pools::Booted,
+        policy: &Policy,
+        egress: &Arc<crate::egress::Egress>,
+    ) -> Result<()> {
+        let slot = b.host.slot();
+        self.watch_packets(slot, egress);
+        self.net.attach(slot, b.host.pid(), policy, true)
+    }
+
+    /// After [`Self::attach_ahead`]: the sandbox is linked; its resolver and proxy start.
+    pub(crate) fn linked(&self, sb: &Arc<Sb>) -> Result<()> {
+        lock(&sb.net.current).linked = true;
+        crate::egress::spawn_services(sb.slot(), sb.egress.clone(), sb.net.dns_stop.clone())
+    }
+
+    /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
+    pub(crate) async fn link(&self, sb: &Arc<Sb>, policy: &Policy) -> Result<()> {
+        let (slot, pid, ahead) = (sb.slot(), sb.pid, sb.host.linked_ahead());
+        let p = policy.clone();
+        let net = self.net.clone();
+        self.watch_packets(slot, &sb.egress);
         let attach = async move {
             tokio::task::spawn_blocking(move || net.attach(slot, pid, &p, ahead))
                 .await
@@ -48,8 +71,7 @@ impl Manager {
         linked?;
         lock(&sb.net.current).linked = true;
         written?;
-        crate::egress::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())?;
-        Ok(())
+        crate::egress::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())
     }
 
     /// Gives the sandbox its CA (first brokering policy): the CA certificate goes into its
