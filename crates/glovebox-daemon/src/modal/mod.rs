@@ -161,6 +161,7 @@ impl Modal {
     /// The live sandbox `id` if `caller` may address it (someone else's is answered as one
     /// that does not exist). A paused sandbox is resumed.
     fn sandbox(&self, caller: &Caller, id: &str) -> Result<Arc<Sb>, Status> {
+        let id = sandboxes::glovebox_id(id);
         let m = self.manager();
         crate::http::authorize(m, caller, id).map_err(status)?;
         let sb = m.get(id).map_err(status)?;

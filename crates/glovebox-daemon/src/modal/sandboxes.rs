@@ -31,6 +31,16 @@ const MAX_WAIT: Duration = Duration::from_secs(55);
 #[derive(Clone)]
 pub struct Authority(pub String);
 
+/// A Glovebox sandbox id as Modal shows it (the client checks the `sb` prefix).
+pub fn modal_id(sandbox: &str) -> String {
+    format!("sb-{sandbox}")
+}
+
+/// The Glovebox id inside a Modal sandbox id (`sb-<id>`), or the id as given.
+pub fn glovebox_id(id: &str) -> &str {
+    id.strip_prefix("sb-").unwrap_or(id)
+}
+
 pub fn task_id(sandbox: &str) -> String {
     format!("ta-{sandbox}V")
 }
@@ -224,7 +234,7 @@ pub async fn create_v2(
     }
     let sb = create(m, &caller, &r.app_id, &def, &r.tags, env).await?;
     Ok(Response::new(api::SandboxCreateV2Response {
-        sandbox_id: sb.id.clone(),
+        sandbox_id: modal_id(&sb.id),
         task_id: task_id(&sb.id),
         metadata: Some(handle_metadata(&r.app_id)),
         command_router_access: Some(router_access(m, &caller, authority.as_ref(), &sb.id)),
@@ -242,7 +252,7 @@ pub async fn create_v1(
     let env = env_of(m, &caller, &def, &[], None)?;
     let sb = create(m, &caller, &r.app_id, &def, &r.tags, env).await?;
     Ok(Response::new(api::SandboxCreateResponse {
-        sandbox_id: sb.id.clone(),
+        sandbox_id: modal_id(&sb.id),
         metadata: Some(handle_metadata(&r.app_id)),
     }))
 }
@@ -270,6 +280,7 @@ enum State {
 }
 
 fn state(m: &Modal, caller: &Caller, id: &str) -> Result<State, Status> {
+    let id = glovebox_id(id);
     crate::http::authorize(m.manager(), caller, id).map_err(status)?;
     match m.manager().get(id) {
         Ok(sb) => Ok(State::Live(sb)),
@@ -364,13 +375,13 @@ pub fn list(m: &Modal, req: Request<api::SandboxListRequest>) -> Result<Response
         let app_id = s.metadata.get(APP_KEY).cloned().unwrap_or_default();
         let expires = crate::util::parse_rfc3339(&s.expires_at).unwrap_or(created);
         out.push(api::SandboxInfo {
-            id: s.id.clone(),
+            id: modal_id(&s.id),
             created_at: created,
             task_info: Some(api::TaskInfo {
                 id: task_id(&s.id),
                 started_at: created,
                 enqueued_at: created,
-                sandbox_id: s.id.clone(),
+                sandbox_id: modal_id(&s.id),
                 ..Default::default()
             }),
             app_id: app_id.clone(),
@@ -472,6 +483,8 @@ mod tests {
         assert_eq!(task_id("abc"), "ta-abcV");
         assert_eq!(sandbox_of_task("ta-abcV"), "abc");
         assert_eq!(sandbox_of_task("abc"), "abc");
+        assert_eq!(modal_id("abc"), "sb-abc");
+        assert_eq!(glovebox_id("sb-abc"), "abc");
     }
 
     #[test]
