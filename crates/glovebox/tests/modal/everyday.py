@@ -111,8 +111,8 @@ raises("a terminated sandbox takes no exec", modal.exception.Error, lambda: sb2.
 # --- the sandbox's lifetime ends it ---------------------------------------------------------
 short = modal.Sandbox.create(app=app, image=image, timeout=3)
 short.exec("sleep", "100")
-_, took = timed(short.wait, raise_on_termination=False)
-check("timeout: the sandbox ends at its lifetime", took < 15 and short.returncode == 124, (took, short.returncode))
+_, took = timed(raises, "timeout: wait raises SandboxTimeoutError", modal.exception.SandboxTimeoutError, short.wait)
+check("timeout: the sandbox ends at its lifetime", took < 15 and short.poll() == 124, (took, short.poll()))
 
 # --- an entrypoint: its output and its exit are the sandbox's --------------------------------
 ep = modal.Sandbox.create("bash", "-c", "sleep 1; echo from the entrypoint; exit 7", app=app, image=image)
