@@ -185,3 +185,35 @@ async fn serve_grpc(
     }
     drop(close);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn first_bytes(chunks: &[&[u8]]) -> bool {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let chunks: Vec<Vec<u8>> = chunks.iter().map(|c| c.to_vec()).collect();
+        let writer = tokio::spawn(async move {
+            for ch in chunks {
+                c.write_all(&ch).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            c
+        });
+        let r = starts_with_h2_preface(&s).await;
+        drop(writer.await);
+        r
+    }
+
+    #[tokio::test]
+    async fn the_h2_preface_is_told_from_http1() {
+        assert!(first_bytes(&[H2_PREFACE, b"\0\0\0\x04"]).await);
+        assert!(first_bytes(&[b"PRI * HTT", b"P/2.0\r\n\r\nSM\r\n\r\n"]).await, "in pieces");
+        assert!(!first_bytes(&[b"GET /healthz HTTP/1.1\r\n\r\n"]).await);
+        assert!(!first_bytes(&[b"POST /v1/sandboxes HTTP/1.1\r\n"]).await, "P, then not the preface");
+        assert!(!first_bytes(&[b"PRI * HTTP/1.1\r\n"]).await);
+    }
+}

@@ -46,7 +46,13 @@ fn venv() -> PathBuf {
 /// Runs `script` with the venv's Python against `d` (its key as the token secret unless
 /// `env` says otherwise); returns its stdout after asserting it finished with at least
 /// `min_checks` checks (0: a program that is not a check script, which must exit 0).
-fn run_script(d: &Daemon, script: &str, min_checks: usize, timeout: Duration, env: &[(&str, &str)]) -> (String, Duration) {
+fn run_script(
+    d: &Daemon,
+    script: &str,
+    min_checks: usize,
+    timeout: Duration,
+    env: &[(&str, &str)],
+) -> (String, Duration) {
     let home = common::tempdir("gbtest-modal-home-");
     let mut cmd = Command::new(venv().join("bin/python"));
     cmd.arg("-u")
@@ -129,7 +135,11 @@ fn seed_program_and_everyday_calls() {
     let canary = inet.log.display().to_string();
     run_script(&d, "everyday.py", 30, Duration::from_secs(600), &[("GLOVEBOX_TEST_CANARY_LOG", &canary)]);
     // The unsupported call was logged with its feature.
-    assert!(d.log().contains("modal: refused modal.client.ModalClient/VolumeGetOrCreate (Modal Volumes)"), "{}", d.log());
+    assert!(
+        d.log().contains("modal: refused modal.client.ModalClient/VolumeGetOrCreate (Modal Volumes)"),
+        "{}",
+        d.log()
+    );
     d.shutdown_and_check_leaks();
     drop(inet);
 }

@@ -22,14 +22,20 @@ pub struct App {
     pub tenant: String,
 }
 
+/// A `Secret.from_dict`: its variables, and the tenant that made it.
+struct Secret {
+    tenant: String,
+    env: BTreeMap<String, String>,
+}
+
 #[derive(Default)]
 pub struct Apps {
     /// App id → app.
     apps: Mutex<HashMap<String, (u64, App)>>,
     /// (tenant, name) → app id.
     names: Mutex<HashMap<(String, String), String>>,
-    /// Ephemeral secret id → (tenant, variables).
-    secrets: Mutex<HashMap<String, (u64, (String, BTreeMap<String, String>))>>,
+    /// Ephemeral secret id → the secret.
+    secrets: Mutex<HashMap<String, (u64, Secret)>>,
 }
 
 fn new_id(prefix: &str) -> String {
@@ -59,7 +65,7 @@ impl Apps {
     pub fn secret(&self, caller: &Caller, id: &str) -> Result<BTreeMap<String, String>, Status> {
         let s = self.secrets.lock().unwrap_or_else(|p| p.into_inner());
         match s.get(id) {
-            Some((_, (tenant, env))) if caller.may_access(tenant) => Ok(env.clone()),
+            Some((_, s)) if caller.may_access(&s.tenant) => Ok(s.env.clone()),
             _ => Err(unsupported(&format!(
                 "secret {id}: named Secrets (Secret.from_name); pass Secret.from_dict or env"
             ))),
@@ -195,6 +201,6 @@ pub fn secret_get_or_create(
     let id = new_id("st");
     let env: BTreeMap<String, String> = r.env_dict.into_iter().collect();
     let mut s = m.inner.apps.secrets.lock().unwrap_or_else(|p| p.into_inner());
-    bounded_insert(&mut s, id.clone(), (caller.tenant, env), MAX_KEPT);
+    bounded_insert(&mut s, id.clone(), Secret { tenant: caller.tenant, env }, MAX_KEPT);
     Ok(Response::new(api::SecretGetOrCreateResponse { secret_id: id, ..Default::default() }))
 }
