@@ -20,6 +20,9 @@ const MAX_KEPT: usize = 4096;
 #[derive(Clone)]
 pub struct App {
     pub tenant: String,
+    /// Made by `app.run()` (`AppCreate`): it stops when its client disconnects, and its
+    /// sandboxes with it, as on Modal.
+    pub ephemeral: bool,
 }
 
 /// A `Secret.from_dict`: its variables, and the tenant that made it.
@@ -28,14 +31,29 @@ struct Secret {
     env: BTreeMap<String, String>,
 }
 
-#[derive(Default)]
 pub struct Apps {
     /// App id → app.
     apps: Mutex<HashMap<String, (u64, App)>>,
     /// (tenant, name) → app id.
     names: Mutex<HashMap<(String, String), String>>,
+    /// Ephemeral apps whose client disconnected.
+    stopped: Mutex<std::collections::HashSet<String>>,
+    /// Bumped when an app stops.
+    changed: tokio::sync::watch::Sender<u64>,
     /// Ephemeral secret id → the secret.
     secrets: Mutex<HashMap<String, (u64, Secret)>>,
+}
+
+impl Default for Apps {
+    fn default() -> Apps {
+        Apps {
+            apps: Mutex::default(),
+            names: Mutex::default(),
+            stopped: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+            secrets: Mutex::default(),
+        }
+    }
 }
 
 fn new_id(prefix: &str) -> String {
@@ -43,11 +61,29 @@ fn new_id(prefix: &str) -> String {
 }
 
 impl Apps {
-    fn create(&self, tenant: &str) -> String {
+    fn create(&self, tenant: &str, ephemeral: bool) -> String {
         let id = new_id("ap");
         let mut apps = self.apps.lock().unwrap_or_else(|p| p.into_inner());
-        bounded_insert(&mut apps, id.clone(), App { tenant: tenant.to_string() }, MAX_KEPT);
+        bounded_insert(&mut apps, id.clone(), App { tenant: tenant.to_string(), ephemeral }, MAX_KEPT);
         id
+    }
+
+    fn is_ephemeral(&self, id: &str) -> bool {
+        self.apps.lock().unwrap_or_else(|p| p.into_inner()).get(id).is_some_and(|(_, a)| a.ephemeral)
+    }
+
+    fn stop(&self, id: &str) {
+        let mut s = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        if s.len() >= MAX_KEPT {
+            s.clear();
+        }
+        s.insert(id.to_string());
+        drop(s);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    fn stopped(&self, id: &str) -> bool {
+        self.stopped.lock().unwrap_or_else(|p| p.into_inner()).contains(id)
     }
 
     /// The app `id` if `caller` may use it. An id this daemon does not know (another
@@ -128,7 +164,7 @@ pub fn app_get_or_create(
     let app_id = match known {
         Some(id) => id,
         None if r.object_creation_type == api::ObjectCreationType::CreateIfMissing as i32 => {
-            let id = apps.create(&caller.tenant);
+            let id = apps.create(&caller.tenant, false);
             if names.len() >= MAX_KEPT {
                 names.clear();
             }
@@ -143,7 +179,7 @@ pub fn app_get_or_create(
 /// `app.run()`: an ephemeral app.
 pub fn app_create(m: &Modal, req: Request<api::AppCreateRequest>) -> Result<Response<api::AppCreateResponse>, Status> {
     let caller = caller_of(&req)?;
-    let app_id = m.inner.apps.create(&caller.tenant);
+    let app_id = m.inner.apps.create(&caller.tenant, true);
     Ok(Response::new(api::AppCreateResponse { app_id, ..Default::default() }))
 }
 
@@ -176,12 +212,67 @@ pub fn app_heartbeat(m: &Modal, req: Request<api::AppHeartbeatRequest>) -> Resul
     Ok(Response::new(()))
 }
 
-/// The client left an ephemeral app. Its sandboxes live on to their own timeouts, as on
-/// Modal (a sandbox outlives the client that made it).
-pub fn app_client_disconnect(m: &Modal, req: Request<api::AppClientDisconnectRequest>) -> Result<Response<()>, Status> {
+/// The client left its app. An ephemeral one (`app.run()`) stops, and its sandboxes are
+/// terminated, as on Modal; sandboxes of an app looked up by name live on to their own
+/// timeouts.
+pub async fn app_client_disconnect(
+    m: &Modal,
+    req: Request<api::AppClientDisconnectRequest>,
+) -> Result<Response<()>, Status> {
     let caller = caller_of(&req)?;
-    m.inner.apps.check(&caller, &req.get_ref().app_id)?;
+    let id = req.get_ref().app_id.clone();
+    m.inner.apps.check(&caller, &id)?;
+    if m.inner.apps.is_ephemeral(&id) {
+        let mgr = m.manager();
+        for s in mgr.list_for(&caller) {
+            if s.metadata.get(super::sandboxes::APP_KEY) == Some(&id) {
+                mgr.destroy(&s.id, glovebox_proto::api::EndReason::Killed).await;
+            }
+        }
+        m.inner.apps.stop(&id);
+    }
     Ok(Response::new(()))
+}
+
+/// An app's logs, as `app.run()` follows them with output enabled: Glovebox has none to
+/// send (a sandbox's output is read from it), so the stream says "done" once the app has
+/// stopped, or ends after `timeout` seconds (the client asks again).
+pub fn app_get_logs(
+    m: &Modal,
+    req: Request<api::AppGetLogsRequest>,
+) -> Result<Response<super::Stream<api::TaskLogsBatch>>, Status> {
+    let caller = caller_of(&req)?;
+    let r = req.into_inner();
+    if !r.sandbox_id.is_empty() || !r.task_id.is_empty() || !r.function_id.is_empty() || !r.function_call_id.is_empty()
+    {
+        return Err(unsupported("logs of sandboxes and functions (Sandbox.logs, modal container logs)"));
+    }
+    m.inner.apps.check(&caller, &r.app_id)?;
+    let limit = std::time::Duration::from_secs_f32(r.timeout.clamp(0.0, 55.0));
+    let deadline = tokio::time::Instant::now() + limit;
+    let (m, id) = (m.clone(), r.app_id);
+    let mut rx = m.inner.apps.changed.subscribe();
+    let s = async_stream_once(async move {
+        loop {
+            rx.borrow_and_update();
+            if m.inner.apps.stopped(&id) {
+                return Some(api::TaskLogsBatch { app_done: true, ..Default::default() });
+            }
+            tokio::select! {
+                c = rx.changed() => if c.is_err() { return None },
+                _ = tokio::time::sleep_until(deadline) => return None,
+            }
+        }
+    });
+    Ok(Response::new(s))
+}
+
+/// A stream of at most one item.
+fn async_stream_once<T: Send + 'static>(
+    f: impl std::future::Future<Output = Option<T>> + Send + 'static,
+) -> super::Stream<T> {
+    use futures_util::StreamExt;
+    Box::pin(futures_util::stream::once(f).filter_map(|x| std::future::ready(x.map(Ok))))
 }
 
 /// `Secret.from_dict(...)` (ephemeral, its variables given): remembered for the image

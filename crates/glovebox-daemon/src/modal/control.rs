@@ -40,7 +40,11 @@ impl ModalClient for Control {
         apps::app_heartbeat(&self.0, req)
     }
     async fn app_client_disconnect(&self, req: Request<api::AppClientDisconnectRequest>) -> R<()> {
-        apps::app_client_disconnect(&self.0, req)
+        apps::app_client_disconnect(&self.0, req).await
+    }
+    type AppGetLogsStream = Stream<api::TaskLogsBatch>;
+    async fn app_get_logs(&self, req: Request<api::AppGetLogsRequest>) -> R<Self::AppGetLogsStream> {
+        apps::app_get_logs(&self.0, req)
     }
     async fn secret_get_or_create(
         &self,

@@ -58,6 +58,13 @@ impl TaskCommandRouter for Router {
         if !q.container_id.is_empty() {
             return Err(unsupported("sandbox sidecars (container_id)"));
         }
+        // Modal's runtime puts its own tools there (`sb.filesystem` runs them); a Glovebox
+        // sandbox has none.
+        if q.command_args.first().is_some_and(|a| a.starts_with("/__modal/")) {
+            return Err(unsupported(
+                "the sandbox filesystem API (sb.filesystem runs Modal's own tools in the sandbox)",
+            ));
+        }
         if q.exec_id.is_empty() || q.exec_id == ENTRYPOINT {
             return Err(Status::invalid_argument("exec_id is required"));
         }

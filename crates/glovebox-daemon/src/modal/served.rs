@@ -9,6 +9,7 @@ pub const SERVED: &[(&str, &[&str])] = &[
             "AppClientDisconnect",
             "AppCreate",
             "AppGetLayout",
+            "AppGetLogs",
             "AppGetOrCreate",
             "AppHeartbeat",
             "AppPublish",

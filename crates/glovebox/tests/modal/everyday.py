@@ -127,7 +127,22 @@ p = sb3.exec("bash", "-c", 'cat marker; echo "$GREETING"; pwd')
 check("run_commands, env and workdir build into the image", p.stdout.read() == "built\nhello world\n/opt\n")
 sb3.terminate()
 
+# --- an ephemeral app (app.run(), output on): its sandboxes end when the client leaves it ----
+eph = modal.App("glovebox-ephemeral")
+with modal.enable_output():
+    with eph.run():
+        inside = modal.Sandbox.create(app=eph, image=image, timeout=120)
+        check("app.run(): a sandbox in the ephemeral app runs", inside.exec("true").wait() == 0)
+check("app.run(): leaving the app terminates its sandboxes", inside.poll() == 137, inside.poll())
+
 # --- refusals: a clear error naming the feature, never a hang ------------------------------
+# The client turns any refusal of its filesystem tool into a generic SandboxFilesystemError
+# (the daemon's message naming the feature is in the client's debug log).
+raises(
+    "sb.filesystem: refused, not hung",
+    modal.exception.SandboxFilesystemError,
+    lambda: sb.filesystem.read_text("/etc/hostname"),
+)
 e = raises(
     "Modal Volumes: UNIMPLEMENTED",
     modal.exception.UnimplementedError,
