@@ -53,6 +53,12 @@ impl Events {
         crate::store::add_event_on(c, sandbox_id, kind_str(kind), reason.map(EndReason::as_str), detail)
     }
 
+    /// A receiver woken by every event recorded from now on (the Modal front-end's waits
+    /// on a sandbox's end).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.last.subscribe()
+    }
+
     /// Wakes the followers for an event now in the store.
     pub fn published(&self, e: &EventRecord) {
         self.last.send_replace(e.seq);

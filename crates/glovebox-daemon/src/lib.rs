@@ -19,6 +19,7 @@ pub mod idle;
 pub mod kernels;
 pub mod manager;
 pub mod metrics;
+pub mod modal;
 pub mod net;
 pub mod ops;
 pub mod ports;

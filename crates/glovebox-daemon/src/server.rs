@@ -62,7 +62,9 @@ pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1
 /// finish (bounded by `SHUTDOWN_GRACE`).
 ///
 /// An HTTP/1.1 server with a header-read timeout, so a client that trickles its headers
-/// cannot hold a connection forever; TCP_NODELAY, so small replies are never held back.
+/// cannot hold a connection forever (and, for connections that open with the HTTP/2
+/// preface, the Modal front-end's gRPC over HTTP/2);
+/// TCP_NODELAY, so small replies are never held back.
 pub async fn serve(
     manager: Arc<Manager>,
     listener: tokio::net::TcpListener,
@@ -71,7 +73,9 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
-    let app = app(AppState { manager, api_key: Arc::new(api_key) });
+    let state = AppState { manager, api_key: Arc::new(api_key) };
+    let app = app(state.clone());
+    let modal = crate::modal::Modal::new(state);
     let (close_tx, close_rx) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
@@ -88,16 +92,24 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        let reset = ResetOnClose::default();
-        let tcp = Conn::new(tcp, reset.clone());
-        let svc = app.clone().map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
-            let mut req = req.map(axum::body::Body::new);
-            req.extensions_mut().insert(reset.clone());
-            req
-        });
-        let svc = hyper_util::service::TowerToHyperService::new(svc);
         let mut close = close_rx.clone();
+        let modal = modal.clone();
+        let app = app.clone();
         tokio::spawn(async move {
+            // gRPC (the Modal front-end) opens with the HTTP/2 preface; everything else is
+            // HTTP/1.1.
+            if starts_with_h2_preface(&tcp).await {
+                serve_grpc(modal, tcp, close).await;
+                return;
+            }
+            let reset = ResetOnClose::default();
+            let tcp = Conn::new(tcp, reset.clone());
+            let svc = app.clone().map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(reset.clone());
+                req
+            });
+            let svc = hyper_util::service::TowerToHyperService::new(svc);
             let mut b = hyper::server::conn::http1::Builder::new();
             b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
             // Upgrades: a WebSocket to a sandbox's exposed port is spliced through.
@@ -114,7 +126,94 @@ pub async fn serve(
         });
     }
     drop(close_rx);
+    drop(modal);
     let _ = close_tx.send(());
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, close_tx.closed()).await;
     Ok(())
+}
+
+/// The client preface every HTTP/2 prior-knowledge connection opens with (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether the connection's first bytes are the HTTP/2 preface, read without consuming
+/// them. Anything else (or a client silent for `HEADER_READ_TIMEOUT`) is left to HTTP/1.1.
+async fn starts_with_h2_preface(tcp: &tokio::net::TcpStream) -> bool {
+    let mut buf = [0u8; 24];
+    let deadline = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, tcp.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            _ => return false,
+        };
+        if n == 0 || buf[..n] != H2_PREFACE[..n] {
+            return false;
+        }
+        if n == H2_PREFACE.len() {
+            return true;
+        }
+        // A prefix of the preface so far: wait for the rest (peek would return at once).
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// Serves one HTTP/2 connection with the Modal front-end's gRPC services until it closes
+/// or the daemon shuts down (then in-flight calls get `SHUTDOWN_GRACE`).
+async fn serve_grpc(
+    modal: crate::modal::Modal,
+    tcp: tokio::net::TcpStream,
+    mut close: tokio::sync::watch::Receiver<()>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let svc = hyper::service::service_fn(move |req| {
+        let modal = modal.clone();
+        async move { Ok::<_, std::convert::Infallible>(modal.route(req).await) }
+    });
+    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
+        // The client's windows are 64 MiB; stdin and context files come in large messages.
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .keep_alive_interval(std::time::Duration::from_secs(30));
+    let conn = b.serve_connection(TokioIo::new(tcp), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = close.changed() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+    drop(close);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn first_bytes(chunks: &[&[u8]]) -> bool {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut c = tokio::net::TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let chunks: Vec<Vec<u8>> = chunks.iter().map(|c| c.to_vec()).collect();
+        let writer = tokio::spawn(async move {
+            for ch in chunks {
+                c.write_all(&ch).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            c
+        });
+        let r = starts_with_h2_preface(&s).await;
+        drop(writer.await);
+        r
+    }
+
+    #[tokio::test]
+    async fn the_h2_preface_is_told_from_http1() {
+        assert!(first_bytes(&[H2_PREFACE, b"\0\0\0\x04"]).await);
+        assert!(first_bytes(&[b"PRI * HTT", b"P/2.0\r\n\r\nSM\r\n\r\n"]).await, "in pieces");
+        assert!(!first_bytes(&[b"GET /healthz HTTP/1.1\r\n\r\n"]).await);
+        assert!(!first_bytes(&[b"POST /v1/sandboxes HTTP/1.1\r\n"]).await, "P, then not the preface");
+        assert!(!first_bytes(&[b"PRI * HTTP/1.1\r\n"]).await);
+    }
 }
