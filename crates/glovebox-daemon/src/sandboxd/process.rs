@@ -91,6 +91,8 @@ struct Open {
     id: u64,
     exited: bool,
     _busy: crate::idle::Guard,
+    /// The session's input half: the agent ends a session whose input closes.
+    _input: crate::agent::SessionInput,
 }
 
 impl Drop for Open {
@@ -144,9 +146,15 @@ impl ProcessService for Process {
             return Err(Status::resource_exhausted("this sandbox has run more commands than process ids can number"));
         };
         crate::util::lock(&self.0.inner.open).insert((t.sb.id.clone(), started.id), pty.is_some());
-        let open =
-            Open { d: self.0.clone(), sb: t.sb.clone(), id: started.id, exited: false, _busy: t.sb.activity.guard() };
-        let (output, _input) = session.split();
+        let (output, input) = session.split();
+        let open = Open {
+            d: self.0.clone(),
+            sb: t.sb.clone(),
+            id: started.id,
+            exited: false,
+            _busy: t.sb.activity.guard(),
+            _input: input,
+        };
         let init = pb::StartResponse { event: Some(Event::Init(pb::InitEvent { process_id: pid })) };
         let rest = futures_util::stream::unfold(Some((output, open)), move |st| {
             let m = m.clone();
