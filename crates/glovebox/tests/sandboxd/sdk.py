@@ -52,8 +52,7 @@ def expect_status(status, fn):
 def connect(sandbox_id, key=KEY):
     """The SDK's Sandbox in direct-URL mode, pointed at the daemon. Its K8sHelper is only used
     to look up a pod IP, which Glovebox does not need: its API client also points at the
-    daemon, which refuses the lookup (401, no Kubernetes credentials) — and the SDK stops
-    asking."""
+    daemon, which answers the lookup 404 (no such object), and the SDK goes on without one."""
     api = kubernetes.client.ApiClient(kubernetes.client.Configuration(host=URL))
     cfg = SandboxDirectConnectionConfig(api_url=URL, extra_headers={"Authorization": f"Bearer {key}"})
     return Sandbox(claim_name=None, sandbox_id=sandbox_id, connection_config=cfg, k8s_helper=K8sHelper(api_client=api))
