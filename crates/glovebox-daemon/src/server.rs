@@ -43,15 +43,17 @@ pub fn find_agent() -> Option<PathBuf> {
 
 /// The daemon's whole HTTP surface: the native API and the E2B-compatible one, each
 /// response counted; a request for a sandbox's exposed port (by preview host or by path)
-/// is passed to it before any route sees it.
+/// is passed to it before any route sees it, then one carrying `X-Sandbox-ID` goes to the
+/// agent-sandbox front-end.
 pub fn app(state: AppState) -> axum::Router {
     crate::http::router(state.clone())
         .merge(crate::e2b::router(state.clone()))
         .merge(crate::vercel::router(state.clone()))
         .merge(crate::daytona::router(state.clone()))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::pass_to_ports))
-        // Requests carrying `X-Sandbox-ID` are agent-sandbox's (sandboxd, python-runtime).
+        // Requests carrying `X-Sandbox-ID` are agent-sandbox's (sandboxd, python-runtime)…
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::sandboxd::intercept))
+        // …unless they are for a sandbox's exposed port, which comes first.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::pass_to_ports))
         .layer(axum::middleware::from_fn_with_state(state, count_responses))
 }
 

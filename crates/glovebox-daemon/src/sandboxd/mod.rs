@@ -25,6 +25,8 @@ mod paths;
 pub mod pb;
 mod process;
 mod rest;
+#[cfg(test)]
+mod router_tests;
 mod runtime;
 
 use std::collections::HashMap;
