@@ -60,12 +60,15 @@ async fn the_sandbox_header_routes_here_and_only_it() {
     assert_eq!(call(&f, Method::GET, "/v1/health", &h2, None).await.0, StatusCode::OK);
 }
 
+/// Headers, path, the status and the `code` expected.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, StatusCode, &'a str);
+
 #[tokio::test]
 async fn refusals_name_the_problem() {
     let f = fixture();
     let id = sandbox(&f).await;
     let auth = format!("Bearer {KEY}");
-    let cases: [(&[(&str, &str)], &str, StatusCode, &str); 6] = [
+    let cases: [Case; 6] = [
         (&[("x-sandbox-id", &id)], "/v1/health", StatusCode::UNAUTHORIZED, "UNAUTHENTICATED"),
         (
             &[("x-sandbox-id", &id), ("authorization", "Bearer nope")],
