@@ -3,6 +3,9 @@
 //! serves only, and the messages and enums those reach: the client's service has ~300 RPCs
 //! and ~650 messages, most of them for things Glovebox does not do. Every other RPC is
 //! answered UNIMPLEMENTED by `src/modal/` before it reaches generated code.
+//!
+//! Also compiles the vendored sandboxd process protocol (`proto/sandboxd`, five RPCs, all
+//! served by `src/sandboxd/`).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -20,6 +23,19 @@ fn main() {
         Err(e) => panic!("compiling {dir}: {e:?}"),
     };
     prune(&mut fds);
+    if let Err(e) = tonic_prost_build::configure().build_client(false).build_server(true).compile_fds(fds) {
+        panic!("generating code for {dir}: {e}");
+    }
+    sandboxd();
+}
+
+fn sandboxd() {
+    let dir = "proto/sandboxd";
+    println!("cargo:rerun-if-changed={dir}");
+    let fds = match protox::compile(["process/v1/process.proto"], [dir]) {
+        Ok(f) => f,
+        Err(e) => panic!("compiling {dir}: {e:?}"),
+    };
     if let Err(e) = tonic_prost_build::configure().build_client(false).build_server(true).compile_fds(fds) {
         panic!("generating code for {dir}: {e}");
     }

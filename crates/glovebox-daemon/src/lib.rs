@@ -23,6 +23,7 @@ pub mod modal;
 pub mod net;
 pub mod ops;
 pub mod ports;
+pub mod sandboxd;
 pub mod secrets;
 pub mod server;
 pub mod slots;

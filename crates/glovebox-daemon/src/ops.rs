@@ -323,11 +323,39 @@ pub async fn pty_start(
         encoding: Encoding::Utf8,
         background: true,
     };
-    let (mut spec, _) = sb.exec_spec(&exec)?;
-    spec.pty = Some(size);
+    start_raw(m, sb, &exec, Some(size)).await
+}
+
+/// Starts a command in session mode (`raw`: its output waits for the one session attached,
+/// nothing is kept), on a pseudo-terminal of `pty`'s size when given.
+async fn start_raw(m: &Manager, sb: &Sb, exec: &ExecRequest, pty: Option<ap::PtySize>) -> Result<Started> {
+    let (mut spec, _) = sb.exec_spec(exec)?;
+    spec.raw = true;
+    spec.stdin = true;
+    spec.pty = pty;
     sb.commands.started();
     let run = sb.agent().exec(&spec).await.map_err(failed(m, sb, Op::Exec))?;
     Ok(Started { id: run.id, pid: run.pid })
+}
+
+/// Starts a command in session mode (on a pseudo-terminal of `pty`'s size when given) and
+/// attaches to it: its output, from its first byte, goes to the returned session alone.
+/// Stdin goes by [`send_stdin`].
+pub async fn start_session(
+    m: &Manager,
+    sb: &Sb,
+    exec: &ExecRequest,
+    pty: Option<ap::PtySize>,
+) -> Result<(Started, crate::agent::Session)> {
+    let started = start_raw(m, sb, exec, pty).await?;
+    match sb.agent().session(started.id).await {
+        Ok(s) => Ok((started, s)),
+        Err(e) => {
+            // Nobody could ever read it: it must not run on unseen.
+            let _ = sb.agent().signal(started.id, 9).await;
+            Err(failed(m, sb, Op::Command(started.id))(e))
+        }
+    }
 }
 
 /// Resizes terminal command `id`.

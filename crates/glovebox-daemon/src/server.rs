@@ -43,12 +43,16 @@ pub fn find_agent() -> Option<PathBuf> {
 
 /// The daemon's whole HTTP surface: the native API and the E2B-compatible one, each
 /// response counted; a request for a sandbox's exposed port (by preview host or by path)
-/// is passed to it before any route sees it.
+/// is passed to it before any route sees it, then one carrying `X-Sandbox-ID` goes to the
+/// agent-sandbox front-end.
 pub fn app(state: AppState) -> axum::Router {
     crate::http::router(state.clone())
         .merge(crate::e2b::router(state.clone()))
         .merge(crate::vercel::router(state.clone()))
         .merge(crate::daytona::router(state.clone()))
+        // Requests carrying `X-Sandbox-ID` are agent-sandbox's (sandboxd, python-runtime)…
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::sandboxd::intercept))
+        // …unless they are for a sandbox's exposed port, which comes first.
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::http::pass_to_ports))
         .layer(axum::middleware::from_fn_with_state(state, count_responses))
 }
@@ -75,7 +79,8 @@ pub async fn serve(
     use tower::ServiceExt;
     let state = AppState { manager, api_key: Arc::new(api_key) };
     let app = app(state.clone());
-    let modal = crate::modal::Modal::new(state);
+    let modal = crate::modal::Modal::new(state.clone());
+    let sandboxd = crate::sandboxd::Sandboxd::new(state);
     let (close_tx, close_rx) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
@@ -93,13 +98,13 @@ pub async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let mut close = close_rx.clone();
-        let modal = modal.clone();
+        let grpc = (modal.clone(), sandboxd.clone());
         let app = app.clone();
         tokio::spawn(async move {
             // gRPC (the Modal front-end) opens with the HTTP/2 preface; everything else is
             // HTTP/1.1.
             if starts_with_h2_preface(&tcp).await {
-                serve_grpc(modal, tcp, close).await;
+                serve_grpc(grpc, tcp, close).await;
                 return;
             }
             let reset = ResetOnClose::default();
@@ -126,7 +131,7 @@ pub async fn serve(
         });
     }
     drop(close_rx);
-    drop(modal);
+    drop((modal, sandboxd));
     let _ = close_tx.send(());
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, close_tx.closed()).await;
     Ok(())
@@ -156,17 +161,25 @@ async fn starts_with_h2_preface(tcp: &tokio::net::TcpStream) -> bool {
     }
 }
 
-/// Serves one HTTP/2 connection with the Modal front-end's gRPC services until it closes
-/// or the daemon shuts down (then in-flight calls get `SHUTDOWN_GRACE`).
+/// Serves one HTTP/2 connection with the gRPC front-ends (sandboxd's `ProcessService`, by
+/// its path; the Modal ones) until it closes or the daemon shuts down (then in-flight calls
+/// get `SHUTDOWN_GRACE`).
 async fn serve_grpc(
-    modal: crate::modal::Modal,
+    (modal, sandboxd): (crate::modal::Modal, crate::sandboxd::Sandboxd),
     tcp: tokio::net::TcpStream,
     mut close: tokio::sync::watch::Receiver<()>,
 ) {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    let svc = hyper::service::service_fn(move |req| {
-        let modal = modal.clone();
-        async move { Ok::<_, std::convert::Infallible>(modal.route(req).await) }
+    let svc = hyper::service::service_fn(move |req: axum::http::Request<hyper::body::Incoming>| {
+        let (modal, sandboxd) = (modal.clone(), sandboxd.clone());
+        async move {
+            let r = if crate::sandboxd::Sandboxd::serves(req.uri().path()) {
+                sandboxd.route(req).await
+            } else {
+                modal.route(req).await
+            };
+            Ok::<_, std::convert::Infallible>(r)
+        }
     });
     let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     b.timer(TokioTimer::new())

@@ -15,6 +15,7 @@ mod error;
 mod events;
 mod extract;
 mod files;
+pub mod multipart;
 mod ports;
 mod pty;
 mod sandboxes;
