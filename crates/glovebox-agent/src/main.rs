@@ -29,6 +29,18 @@ fn main() {
             let booted = glovebox_jail::jailer::main_from_stdin();
             std::process::exit(serve(booted));
         }
+        // PID 1 of a guest kernel (gVisor's sentry): the runtime made the sandbox.
+        Some("init") => {
+            let rest: Vec<String> = args.collect();
+            let booted = glovebox_jail::guest::InitArgs::parse(&rest).and_then(|a| glovebox_jail::guest::init(&a));
+            match booted {
+                Ok(b) => std::process::exit(serve(b)),
+                Err(e) => {
+                    eprintln!("agent: init: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
         Some("spare") => spare::main(),
         Some("zygote") => zygote::main(),
         Some("--version") => println!("glovebox-agent {}", env!("CARGO_PKG_VERSION")),

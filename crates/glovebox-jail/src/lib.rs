@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod child;
 pub mod config;
 pub mod error;
+pub mod guest;
 pub mod jailer;
 pub mod landlock;
 pub mod launch;

@@ -216,10 +216,19 @@ pub fn move_mount_to(tree: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
 }
 
 /// close_range(2): closes every fd in `first..=last`.
+/// gVisor's (2022) reads `last` as a signed int and refuses `u32::MAX` with EINVAL: there the
+/// highest fd number it can hold stands in for it.
 pub fn close_range(first: u32, last: u32) -> io::Result<()> {
     // SAFETY: closing fds in the range; the caller guarantees nothing it still uses lives
     // there (Rust-owned fds in it must have been given up with into_raw_fd beforehand).
-    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
+    let r = check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop);
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && last == u32::MAX => {
+            // SAFETY: as above, over a smaller range.
+            check_long(unsafe { libc::syscall(libc::SYS_close_range, first, i32::MAX as u32, 0u32) }).map(drop)
+        }
+        r => r,
+    }
 }
 
 /// dup2(2): makes `fd` also available as `target` (without CLOEXEC).
