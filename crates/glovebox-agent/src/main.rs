@@ -11,6 +11,7 @@ mod conn;
 mod exec;
 mod files;
 mod spare;
+mod walk;
 mod watch;
 mod zygote;
 
