@@ -30,6 +30,8 @@ fn main() {
             let booted = glovebox_jail::jailer::main_from_stdin();
             std::process::exit(serve(booted));
         }
+        // The gVisor tier's host-side helper: builds the root, starts runsc, never returns.
+        Some("gvisor") => glovebox_jail::gvisor::main_from_stdin(),
         // PID 1 of a guest kernel (gVisor's sentry): the runtime made the sandbox.
         Some("init") => {
             let rest: Vec<String> = args.collect();

@@ -14,6 +14,7 @@ pub mod child;
 pub mod config;
 pub mod error;
 pub mod guest;
+pub mod gvisor;
 pub mod jailer;
 pub mod landlock;
 pub mod launch;

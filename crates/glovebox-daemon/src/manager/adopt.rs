@@ -118,6 +118,7 @@ impl Manager {
             volumes: (!rec.config.volumes.is_empty()).then(|| self.volumes.adopt(&tenant, &rec.config.volumes)),
             tenant: tenant.clone(),
             auto_resume: rec.config.auto_resume.unwrap_or(true),
+            isolation: rec.config.isolation.unwrap_or_default(),
         };
         let run = Running {
             host,

@@ -133,6 +133,7 @@ impl Manager {
             crate::templates::apply_defaults(d, &mut req);
         }
         let limits = self.limits_for(&req.resources)?;
+        let isolation = req.isolation.unwrap_or_default();
         let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
         crate::egress::Egress::check_secrets(&self.secrets, tenant, &policy).map_err(Error::Invalid)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
@@ -164,14 +165,18 @@ impl Manager {
             }
         };
         let binds = volumes.as_ref().map(|v| v.jail.clone()).unwrap_or_default();
-        let warm = if upper.is_none() && volumes.is_none() && origin.is_none() {
+        // Warm sandboxes are jailed ones: a gVisor sandbox is booted for its request.
+        let warm = if upper.is_none() && volumes.is_none() && origin.is_none() && isolation == api::Isolation::Process {
             self.take_warm(&tpl.pool_key(), &limits)
         } else {
             None
         };
         let (booted, warm) = match warm {
             Some(b) => (b, true),
-            None => (self.boot_for_request(&limits, &tpl, upper, policy.needs_link(), binds).await?, false),
+            None => {
+                let wants = Wants { link: policy.needs_link(), volumes: binds, isolation };
+                (self.boot_for_request(&limits, &tpl, upper, wants).await?, false)
+            }
         };
         self.refill_pool();
         // What the sandbox used before it was handed out (boot, a warm kernel) is not billed.
@@ -191,6 +196,7 @@ impl Manager {
             volumes,
             auto_resume: req.auto_resume.unwrap_or(true),
             origin,
+            isolation,
         };
         let run = Running {
             pid_start: crate::store::proc_start_time(booted.host.pid()).unwrap_or(0),
@@ -248,10 +254,14 @@ impl Manager {
         limits: &Limits,
         tpl: &Template,
         upper: Option<PathBuf>,
-        link: bool,
-        volumes: Vec<glovebox_jail::config::Volume>,
+        w: Wants,
     ) -> Result<Booted> {
-        let spec = crate::backend::Spec { link, volumes, ..self.spec(limits, tpl, upper, false) };
+        let spec = crate::backend::Spec {
+            link: w.link,
+            volumes: w.volumes,
+            isolation: w.isolation,
+            ..self.spec(limits, tpl, upper, false)
+        };
         let (this, t) = (self.clone(), tpl.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
@@ -282,6 +292,14 @@ impl Manager {
             None => Err(Error::NotFound { what: "template", name: name.to_string() }),
         }
     }
+}
+
+/// What a create's boot asks of the backend beyond its template and limits.
+struct Wants {
+    /// Its policy needs a network link.
+    link: bool,
+    volumes: Vec<glovebox_jail::config::Volume>,
+    isolation: api::Isolation,
 }
 
 /// A listed sandbox whose create is not answered yet: dropped while `id` is set (the caller

@@ -210,6 +210,7 @@ pub fn apply_defaults(d: &TemplateMeta, req: &mut CreateSandbox) {
     r.memory_mb = r.memory_mb.or(t.memory_mb);
     r.disk_mb = r.disk_mb.or(t.disk_mb);
     r.pids = r.pids.or(t.pids);
+    req.isolation = req.isolation.or(d.isolation);
 }
 
 /// Which files a build may reach in the build context: none outside it (a path with `..`
