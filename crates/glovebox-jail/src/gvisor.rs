@@ -186,6 +186,12 @@ fn run(cfg: &GvisorConfig) -> Result<Started> {
     if let Some(body) = &jc.resolv_conf {
         write_resolv_conf(&root, body)?;
     }
+    if !COMPAT_SHIM.is_empty() {
+        let shim = cfg.dir.join("compat.so");
+        fs::write(&shim, COMPAT_SHIM).ctx_at("write", &shim)?;
+        fs::set_permissions(&shim, fs::Permissions::from_mode(0o644)).ctx_at("chmod", &shim)?;
+        preload_compat_shim(&root)?;
+    }
     if let Some(ns) = &jc.netns {
         let f = File::open(ns).ctx_at("open network namespace", ns)?;
         sys::setns(f.as_fd(), libc::CLONE_NEWNET).ctx("join network namespace")?;
@@ -219,29 +225,70 @@ fn make_private_dir(p: &Path) -> Result<()> {
     fs::set_permissions(p, fs::Permissions::from_mode(0o700)).ctx_at("chmod", p)
 }
 
-/// Writes `/etc/resolv.conf` of the root being built, as the jail's PID 1 writes it inside:
-/// but from the host, so through no symlink (a layer's `/etc` or `resolv.conf` may be one,
-/// leading anywhere on the host). A symlinked `resolv.conf` is replaced by the file, in the
-/// sandbox's own writable layer; a symlinked `/etc` is refused.
+/// The compatibility shim preloaded into the guest's programs (`gvisor/compat.c`: clears
+/// the `AT_NO_AUTOMOUNT` that runsc 20221219 refuses); empty where none is built.
+const COMPAT_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gvisor-compat.so"));
+/// Where the shim is inside the guest.
+pub const COMPAT_IN_GUEST: &str = "/run/glovebox/compat.so";
+
+/// Writes `/etc/resolv.conf` of the root being built, as the jail's PID 1 writes it inside.
 fn write_resolv_conf(root: &Path, body: &str) -> Result<()> {
+    write_etc(root, c"resolv.conf", body.as_bytes())
+}
+
+/// Adds the shim to `/etc/ld.so.preload` of the root being built (keeping what a template
+/// preloads itself).
+fn preload_compat_shim(root: &Path) -> Result<()> {
+    let mut body = format!("{COMPAT_IN_GUEST}\n").into_bytes();
+    if let Ok(old) = read_etc(root, c"ld.so.preload") {
+        let keep = String::from_utf8_lossy(&old).lines().filter(|l| l.trim() != COMPAT_IN_GUEST).map(|l| format!("{l}\n")).collect::<String>();
+        body.extend_from_slice(keep.as_bytes());
+    }
+    write_etc(root, c"ld.so.preload", &body)
+}
+
+/// `root/etc`, opened without following a symlink: a layer's `/etc` may be one, leading
+/// anywhere on the host (this runs as host root, before the guest exists).
+fn open_etc(root: &Path) -> Result<File> {
     let etc = root.join("etc");
-    let dir = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-        .open(&etc)
-        .ctx_at("open", &etc)?;
-    let name = c"resolv.conf";
-    // SAFETY: unlinkat on our own directory fd and a static name; ENOENT is fine.
-    unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: openat on our own directory fd and a static name; the fd is owned below.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, 0o644 as libc::c_uint) };
+    fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(&etc).ctx_at("open", &etc)
+}
+
+/// Reads `root/etc/<name>` if it is a regular file (never through a symlink).
+fn read_etc(root: &Path, name: &std::ffi::CStr) -> Result<Vec<u8>> {
+    let dir = open_etc(root)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: openat on our own directory fd and a NUL-terminated name; the fd is owned below.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
     if fd < 0 {
-        return Err(JailError::at("create", etc.join("resolv.conf"), std::io::Error::last_os_error()));
+        return Err(JailError::sys("open /etc file", std::io::Error::last_os_error()));
     }
     // SAFETY: `fd` was just opened and is owned by nothing else.
     let mut f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    f.write_all(body.as_bytes()).ctx_at("write", etc.join("resolv.conf"))
+    if !f.metadata().ctx("stat /etc file")?.is_file() {
+        return Err(JailError::Config("not a regular file".into()));
+    }
+    let mut v = Vec::new();
+    Read::by_ref(&mut f).take(1 << 20).read_to_end(&mut v).ctx("read /etc file")?;
+    Ok(v)
+}
+
+/// Writes `root/etc/<name>` afresh, through no symlink: a symlinked file is replaced by the
+/// file, in the sandbox's own writable layer; a symlinked `/etc` is refused.
+fn write_etc(root: &Path, name: &std::ffi::CStr, body: &[u8]) -> Result<()> {
+    let dir = open_etc(root)?;
+    let shown = root.join("etc").join(name.to_string_lossy().as_ref());
+    // SAFETY: unlinkat on our own directory fd and a NUL-terminated name; ENOENT is fine.
+    unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: openat on our own directory fd and a NUL-terminated name; the fd is owned below.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, 0o644 as libc::c_uint) };
+    if fd < 0 {
+        return Err(JailError::at("create", shown, std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut f = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(body).ctx_at("write", shown)
 }
 
 /// The capabilities the agent keeps inside the guest, each for what it does with it
@@ -270,6 +317,19 @@ fn oci_spec(cfg: &GvisorConfig, root: &Path) -> Value {
         None => json!({"type": "network"}),
     });
     let shm = format!("size={}", cfg.jail.shm_bytes);
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec"]}),
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "nodev", "mode=1777", shm]}),
+        json!({"destination": guest::SOCKET_DIR, "type": "bind", "source": cfg.socket_dir(),
+               "options": ["rbind", "rw", "nosuid", "nodev", "noexec"]}),
+        json!({"destination": AGENT_IN_GUEST, "type": "bind", "source": cfg.agent_exe, "options": ["bind", "ro", "nosuid", "nodev"]}),
+    ];
+    if !COMPAT_SHIM.is_empty() {
+        mounts.push(json!({"destination": COMPAT_IN_GUEST, "type": "bind", "source": cfg.dir.join("compat.so"),
+                           "options": ["bind", "ro", "nosuid", "nodev"]}));
+    }
     json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -282,14 +342,7 @@ fn oci_spec(cfg: &GvisorConfig, root: &Path) -> Value {
         },
         "root": {"path": root, "readonly": false},
         "hostname": cfg.jail.hostname,
-        "mounts": [
-            {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]},
-            {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec"]},
-            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "nodev", "mode=1777", shm]},
-            {"destination": guest::SOCKET_DIR, "type": "bind", "source": cfg.socket_dir(), "options": ["rbind", "rw", "nosuid", "nodev", "noexec"]},
-            {"destination": AGENT_IN_GUEST, "type": "bind", "source": cfg.agent_exe, "options": ["bind", "ro", "nosuid", "nodev"]},
-        ],
+        "mounts": mounts,
         "linux": {"namespaces": namespaces},
     })
 }
@@ -463,6 +516,7 @@ mod tests {
             vec![
                 ("/run/g/sandboxes/sb1/agent", "/run/glovebox-agent", false),
                 ("/usr/lib/glovebox/glovebox-agent", "/run/glovebox/agent", true),
+                ("/run/g/sandboxes/sb1/compat.so", "/run/glovebox/compat.so", true),
             ]
         );
         let caps = s["process"]["capabilities"]["bounding"].as_array().unwrap();
