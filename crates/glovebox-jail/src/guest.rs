@@ -15,11 +15,12 @@
 //! Invariant: returns only with the listener bound and the shared directory detached; any
 //! failure before that is fatal (the daemon then sees no socket and fails the boot closed).
 
-use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::fs::{self, File};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
+use crate::cgroup::KillMethod;
 use crate::error::{Ctx, JailError, Result};
 use crate::jailer::Booted;
 use crate::sys;
@@ -63,40 +64,86 @@ pub fn init(args: &InitArgs) -> Result<Booted> {
     let path = dir.join(SOCKET_NAME);
     let listener = UnixListener::bind(&path).ctx_at("bind agent socket", &path)?;
     // Covered, not unmounted: under gVisor a detached gofer mount takes its bound socket
-    // with it (accept fails with EIO). An empty, read-only tmpfs on top leaves the path
-    // leading nowhere and nothing to bind in; only a process with CAP_SYS_ADMIN could lift
+    // with it (accept fails with EIO). First a private tmpfs holding the guest's own pids
+    // cgroup hierarchy, then an empty, read-only tmpfs on top of both: the path leads
+    // nowhere and there is nothing to bind in; only a process with CAP_SYS_ADMIN could lift
     // it, and no command has any capability.
-    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    sys::mount(Some("none"), dir, Some("tmpfs"), flags, Some("size=4k,mode=0"))
+    let quiet = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    sys::mount(Some("none"), dir, Some("tmpfs"), quiet, Some("size=64k,mode=0700"))
+        .ctx_at("mount the agent's private directory", dir)?;
+    let command_cgroup = match pids_cgroup(&dir.join("pids"), args.pids) {
+        Ok(fd) => Some((fd, KillMethod::V1Pids)),
+        Err(e) => {
+            // The host's cgroup still caps the whole guest; commands are then ended by
+            // process group only.
+            eprintln!("agent: no pids cgroup in the guest: {e}");
+            None
+        }
+    };
+    sys::mount(Some("none"), dir, Some("tmpfs"), libc::MS_RDONLY | quiet, Some("size=4k,mode=0"))
         .ctx_at("cover the socket directory", dir)?;
     sys::lower_rlimit(libc::RLIMIT_CORE, 0, 0).ctx("rlimit core")?;
     sys::lower_rlimit(libc::RLIMIT_NOFILE, 1 << 16, 1 << 16).ctx("rlimit nofile")?;
     sys::lower_rlimit(libc::RLIMIT_NPROC, args.pids, args.pids).ctx("rlimit nproc")?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).ctx("prctl dumpable")?;
     crate::child::probe_securebits();
-    // stdin and stdout go nowhere (stderr is the agent log the runtime gave); every other
-    // inherited fd is closed, the listener moved above them.
+    // stdin and stdout go nowhere (stderr is the agent log the runtime gave); the listener
+    // and the command cgroup go to fixed numbers (as the jailer's), every other fd is closed.
     let devnull = File::open("/dev/null").ctx("open /dev/null")?;
     sys::dup2(devnull.as_raw_fd(), 0).ctx("stdin")?;
     sys::dup2(devnull.as_raw_fd(), 1).ctx("stdout")?;
     drop(devnull);
-    let lfd = OwnedFd::from(listener);
-    sys::dup2(lfd.as_raw_fd(), LISTENER_FD).ctx("dup listener")?;
-    drop(lfd);
+    // Both originals are below LISTENER_FD (a fresh process's first free numbers), so the
+    // dup2s cannot clobber a source, and the close_range below takes the originals.
+    let lfd = OwnedFd::from(listener).into_raw_fd();
+    sys::dup2(lfd, LISTENER_FD).ctx("dup listener")?;
+    let kill = match command_cgroup {
+        Some((fd, kill)) => {
+            sys::dup2(fd.into_raw_fd(), CGROUP_FD).ctx("dup command cgroup")?;
+            Some(kill)
+        }
+        None => None,
+    };
     sys::close_range(3, LISTENER_FD as u32 - 1).ctx("close inherited fds")?;
-    sys::close_range(LISTENER_FD as u32 + 1, u32::MAX).ctx("close inherited fds")?;
-    sys::set_cloexec(LISTENER_FD, true).ctx("cloexec listener")?;
+    let last_kept = if kill.is_some() { CGROUP_FD } else { LISTENER_FD };
+    sys::close_range(last_kept as u32 + 1, u32::MAX).ctx("close inherited fds")?;
+    for fd in [LISTENER_FD, CGROUP_FD] {
+        let _ = sys::set_cloexec(fd, true);
+    }
     for (k, _) in std::env::vars_os() {
         std::env::remove_var(k);
     }
     // SAFETY: LISTENER_FD was dup2'ed from the listener above (whose original is closed) and
     // nothing else in this process refers to it.
-    let listener = unsafe { std::os::fd::FromRawFd::from_raw_fd(LISTENER_FD) };
-    Ok(Booted { listener, command_cgroup: None, pids: args.pids, seccomp: None, agent_seccomp: None })
+    let listener = unsafe { OwnedFd::from_raw_fd(LISTENER_FD) };
+    // SAFETY: CGROUP_FD was dup2'ed from the cgroup directory above when `kill` is Some, and
+    // nothing else refers to it.
+    let command_cgroup = kill.map(|k| (unsafe { OwnedFd::from_raw_fd(CGROUP_FD) }, k));
+    Ok(Booted { listener, command_cgroup, pids: args.pids, seccomp: None, agent_seccomp: None })
 }
 
-/// The listener's fd number (the jailer's too).
+/// The guest kernel's own pids controller (gVisor has one; its RLIMIT_NPROC is not
+/// enforced), mounted at `at`: a `sandbox` cgroup capped at `pids` tasks that PID 1 joins
+/// (so everything it starts is counted), and `sandbox/commands` for the agent's per-command
+/// cgroups, returned as a directory fd (the path is covered right after). The hierarchy
+/// lives as long as its mount, which stays under the cover.
+fn pids_cgroup(at: &Path, pids: u64) -> Result<OwnedFd> {
+    fs::create_dir(at).ctx_at("mkdir", at)?;
+    let quiet = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    sys::mount(Some("none"), at, Some("cgroup"), quiet, Some("pids")).ctx_at("mount the pids cgroup", at)?;
+    let sb = at.join("sandbox");
+    fs::create_dir(&sb).ctx_at("mkdir", &sb)?;
+    fs::write(sb.join("pids.max"), pids.to_string()).ctx_at("write pids.max", &sb)?;
+    fs::write(sb.join("cgroup.procs"), sys::getpid().to_string()).ctx_at("join", &sb)?;
+    let cmds = sb.join("commands");
+    fs::create_dir(&cmds).ctx_at("mkdir", &cmds)?;
+    let d = File::open(&cmds).ctx_at("open", &cmds)?;
+    Ok(OwnedFd::from(d))
+}
+
+/// The listener's and the command cgroup's fd numbers (the jailer's too).
 const LISTENER_FD: i32 = 10;
+const CGROUP_FD: i32 = 11;
 
 #[cfg(test)]
 mod tests {

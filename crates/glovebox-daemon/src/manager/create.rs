@@ -218,7 +218,11 @@ impl Manager {
             a();
         }
         self.watch(sb.clone());
-        if policy.needs_link() {
+        // A gVisor sandbox is linked even when deny-all: its link exists from boot (runsc's
+        // netstack takes it over), and with the deny-all rules on it every attempt is refused
+        // at once (a reset, an unreachable) and lands in the egress audit, where the link held
+        // shut would drop it silently.
+        if policy.needs_link() || isolation == api::Isolation::Gvisor {
             let r = match self.prepare(&sb, &policy).await {
                 Ok(()) => self.link(&sb, &policy).await,
                 Err(e) => Err(e),
