@@ -54,9 +54,9 @@ impl InitArgs {
     }
 }
 
-/// Sets up PID 1 of a guest and returns what the agent serves with. The command cgroup is
-/// absent (the host's cgroup holds the whole guest; commands are killed by process group),
-/// and so are precompiled filters (the agent compiles its own).
+/// Sets up PID 1 of a guest and returns what the agent serves with: the listener, the
+/// guest's own command cgroup (when its kernel has a pids controller), and the commands'
+/// filter for a guest kernel (the agent compiles its own filter as usual).
 pub fn init(args: &InitArgs) -> Result<Booted> {
     sys::default_signals().ctx("reset signal dispositions")?;
     sys::ignore_sigpipe().ctx("ignore SIGPIPE")?;
@@ -87,6 +87,11 @@ pub fn init(args: &InitArgs) -> Result<Booted> {
     sys::lower_rlimit(libc::RLIMIT_NPROC, args.pids, args.pids).ctx("rlimit nproc")?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).ctx("prctl dumpable")?;
     crate::child::probe_securebits();
+    // gVisor (2022) does not shield a PID 1 from its own namespace's signals, as Linux does:
+    // any command of the same uid could kill the agent, and with it the sandbox. PID 1 keeps
+    // euid 0 (and so its capabilities) but takes a real and saved uid no command has, so
+    // kill(2) and its kin from a command without CAP_KILL are refused (EPERM).
+    sys::setresuid3(AGENT_UID, 0, AGENT_UID).ctx("set the agent's real uid")?;
     // stdin and stdout go nowhere (stderr is the agent log the runtime gave); the listener
     // and the command cgroup go to fixed numbers (as the jailer's), every other fd is closed.
     let devnull = File::open("/dev/null").ctx("open /dev/null")?;
@@ -119,7 +124,10 @@ pub fn init(args: &InitArgs) -> Result<Booted> {
     // SAFETY: CGROUP_FD was dup2'ed from the cgroup directory above when `kill` is Some, and
     // nothing else refers to it.
     let command_cgroup = kill.map(|k| (unsafe { OwnedFd::from_raw_fd(CGROUP_FD) }, k));
-    Ok(Booted { listener, command_cgroup, pids: args.pids, seccomp: None, agent_seccomp: None })
+    // The commands' filter narrowed for a guest kernel (`seccomp/guest.json`: no signal
+    // owners); the agent's own filter is compiled by the agent as usual.
+    let seccomp = crate::seccomp::compile_guest().map_err(|e| JailError::Seccomp(e.to_string()))?;
+    Ok(Booted { listener, command_cgroup, pids: args.pids, seccomp: Some(seccomp), agent_seccomp: None })
 }
 
 /// The guest kernel's own pids controller (gVisor has one; its RLIMIT_NPROC is not
@@ -140,6 +148,10 @@ fn pids_cgroup(at: &Path, pids: u64) -> Result<OwnedFd> {
     let d = File::open(&cmds).ctx_at("open", &cmds)?;
     Ok(OwnedFd::from(d))
 }
+
+/// The real and saved uid of a guest's PID 1: in no passwd, and refused to every command
+/// (the agent's `exec` answers `invalid_argument` for it).
+pub const AGENT_UID: u32 = 0x7fff_fffe;
 
 /// The listener's and the command cgroup's fd numbers (the jailer's too).
 const LISTENER_FD: i32 = 10;

@@ -124,6 +124,12 @@ pub fn setresgid(gid: u32) -> io::Result<()> {
     check_long(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
 }
 
+/// setresuid(2) with the three ids given apart.
+pub fn setresuid3(real: u32, effective: u32, saved: u32) -> io::Result<()> {
+    // SAFETY: integer-only syscall changing this process's credentials, as intended.
+    check_long(unsafe { libc::syscall(libc::SYS_setresuid, real, effective, saved) }).map(drop)
+}
+
 pub fn setgroups_empty() -> io::Result<()> {
     // SAFETY: a zero-length list with a null pointer is valid for setgroups(2).
     check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) }).map(drop)
