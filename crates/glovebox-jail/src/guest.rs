@@ -17,6 +17,7 @@
 
 use std::fs::{self, File};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
@@ -92,12 +93,23 @@ pub fn init(args: &InitArgs) -> Result<Booted> {
     // euid 0 (and so its capabilities) but takes a real and saved uid no command has, so
     // kill(2) and its kin from a command without CAP_KILL are refused (EPERM).
     sys::setresuid3(AGENT_UID, 0, AGENT_UID).ctx("set the agent's real uid")?;
-    // stdin and stdout go nowhere (stderr is the agent log the runtime gave); the listener
-    // and the command cgroup go to fixed numbers (as the jailer's), every other fd is closed.
+    // stdin and stdout go nowhere; stderr, the host's agent log until here (so a failed
+    // start says why there), becomes a log inside the guest: gVisor lets any process of the
+    // guest open PID 1's fds through /proc, and an open host file would let a command write
+    // without bound into the host's run directory. The listener and the command cgroup go to
+    // fixed numbers (as the jailer's), every other fd is closed.
     let devnull = File::open("/dev/null").ctx("open /dev/null")?;
     sys::dup2(devnull.as_raw_fd(), 0).ctx("stdin")?;
     sys::dup2(devnull.as_raw_fd(), 1).ctx("stdout")?;
     drop(devnull);
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(GUEST_LOG)
+        .ctx_at("open the agent log", GUEST_LOG)?;
+    sys::dup2(log.as_raw_fd(), 2).ctx("stderr")?;
+    drop(log);
     // Both originals are below LISTENER_FD (a fresh process's first free numbers), so the
     // dup2s cannot clobber a source, and the close_range below takes the originals.
     let lfd = OwnedFd::from(listener).into_raw_fd();
@@ -145,6 +157,13 @@ fn pids_cgroup(at: &Path, pids: u64) -> Result<OwnedFd> {
     fs::write(sb.join("cgroup.procs"), sys::getpid().to_string()).ctx_at("join", &sb)?;
     let cmds = sb.join("commands");
     fs::create_dir(&cmds).ctx_at("mkdir", &cmds)?;
+    // gVisor lets any process of the guest reach PID 1's fds through /proc (this one is
+    // PID 1's fd 11): the cap and the parent of the commands' cgroups are made the agent's
+    // uid's, so a command (uid 0 without capabilities) can neither raise the cap nor move
+    // itself out; the per-command cgroups the agent makes below stay root's, as in the jail.
+    for p in [sb.clone(), sb.join("pids.max"), sb.join("cgroup.procs"), sb.join("tasks"), cmds.clone()] {
+        std::os::unix::fs::chown(&p, Some(AGENT_UID), Some(AGENT_UID)).ctx_at("chown", &p)?;
+    }
     let d = File::open(&cmds).ctx_at("open", &cmds)?;
     Ok(OwnedFd::from(d))
 }
@@ -152,6 +171,9 @@ fn pids_cgroup(at: &Path, pids: u64) -> Result<OwnedFd> {
 /// The real and saved uid of a guest's PID 1: in no passwd, and refused to every command
 /// (the agent's `exec` answers `invalid_argument` for it).
 pub const AGENT_UID: u32 = 0x7fff_fffe;
+
+/// The agent's log inside a guest, after its start (see `init`).
+pub const GUEST_LOG: &str = "/run/glovebox/agent.log";
 
 /// The listener's and the command cgroup's fd numbers (the jailer's too).
 const LISTENER_FD: i32 = 10;

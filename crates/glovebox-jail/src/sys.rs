@@ -130,6 +130,46 @@ pub fn setresuid3(real: u32, effective: u32, saved: u32) -> io::Result<()> {
     check_long(unsafe { libc::syscall(libc::SYS_setresuid, real, effective, saved) }).map(drop)
 }
 
+/// setfsuid(2); checked by asking again (the call reports the old id, never an error).
+pub fn setfsuid(uid: u32) -> io::Result<()> {
+    // SAFETY: integer-only syscalls changing this thread's filesystem uid, as intended.
+    let now = unsafe {
+        libc::setfsuid(uid);
+        libc::setfsuid(u32::MAX)
+    };
+    match now as u32 == uid {
+        true => Ok(()),
+        false => Err(io::Error::from_raw_os_error(libc::EPERM)),
+    }
+}
+
+/// Makes the effective capability set the permitted one (after a uid change that cleared it
+/// with `PR_SET_KEEPCAPS` set).
+pub fn raise_effective_caps() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: header and two data structs laid out as the kernel's v3 capget ABI expects,
+    // alive across the call.
+    check_long(unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) })?;
+    for d in &mut data {
+        d.effective = d.permitted;
+    }
+    // SAFETY: as above, for capset.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) }).map(drop)
+}
+
 pub fn setgroups_empty() -> io::Result<()> {
     // SAFETY: a zero-length list with a null pointer is valid for setgroups(2).
     check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) }).map(drop)

@@ -636,6 +636,26 @@ def probe_kill():
     time.sleep(0.2)
     alive = os.path.exists("/proc/1")
     out("kill -9 pid 1 (the agent)", "BLOCKED" if before and alive else "ESCAPED", f"{sent}; pid 1 alive: {alive}")
+    # A signal sent on a file's behalf: pid 1 as a socket's owner, SIGKILL as its I/O signal.
+    import fcntl
+    steps = []
+    a, b = socket.socketpair()
+    for what, fn in (("F_SETOWN 1", lambda: fcntl.fcntl(a, fcntl.F_SETOWN, 1)),
+                     ("F_SETSIG SIGKILL", lambda: fcntl.fcntl(a, 10, signal.SIGKILL)),
+                     ("O_ASYNC", lambda: fcntl.fcntl(a, fcntl.F_SETFL, fcntl.fcntl(a, fcntl.F_GETFL) | os.O_ASYNC))):
+        try:
+            fn()
+            steps.append(f"{what} ok")
+        except OSError as ex:
+            steps.append(f"{what} {ename(ex.errno)}")
+    try:
+        b.send(b"x")
+    except OSError:
+        pass
+    time.sleep(0.2)
+    alive = os.path.exists("/proc/1")
+    out("SIGIO/F_SETSIG SIGKILL to pid 1 through a socket's owner", "BLOCKED" if alive else "ESCAPED",
+        f"{'; '.join(steps)}; pid 1 alive: {alive}")
 
 
 # ---------------------------------------------------------------------------------------
