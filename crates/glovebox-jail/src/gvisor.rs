@@ -326,6 +326,11 @@ fn oci_spec(cfg: &GvisorConfig, root: &Path) -> Value {
                "options": ["rbind", "rw", "nosuid", "nodev", "noexec"]}),
         json!({"destination": AGENT_IN_GUEST, "type": "bind", "source": cfg.agent_exe, "options": ["bind", "ro", "nosuid", "nodev"]}),
     ];
+    // runsc mounts a tmpfs of the sentry's own on /tmp when the spec has no /tmp: unbounded
+    // but by memory, outside the disk cap. The root's own /tmp, bound again, keeps it on the
+    // capped writable layer, as in the jail.
+    mounts.push(json!({"destination": "/tmp", "type": "bind", "source": root.join("tmp"),
+                       "options": ["rbind", "rw", "nosuid", "nodev"]}));
     if !COMPAT_SHIM.is_empty() {
         mounts.push(json!({"destination": COMPAT_IN_GUEST, "type": "bind", "source": cfg.dir.join("compat.so"),
                            "options": ["bind", "ro", "nosuid", "nodev"]}));
@@ -495,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn the_spec_shares_only_the_socket_dir_and_the_agent() {
+    fn the_spec_shares_only_the_socket_dir_the_agent_and_its_own_tmp() {
         let c = cfg();
         let s = oci_spec(&c, Path::new("/run/g/sandboxes/sb1/mnt/upper/root"));
         assert_eq!(s["process"]["args"], json!(["/run/glovebox/agent", "init", "--pids", "512"]));
@@ -516,6 +521,7 @@ mod tests {
             vec![
                 ("/run/g/sandboxes/sb1/agent", "/run/glovebox-agent", false),
                 ("/usr/lib/glovebox/glovebox-agent", "/run/glovebox/agent", true),
+                ("/run/g/sandboxes/sb1/mnt/upper/root/tmp", "/tmp", false),
                 ("/run/g/sandboxes/sb1/compat.so", "/run/glovebox/compat.so", true),
             ]
         );

@@ -408,6 +408,33 @@ fn escape_probes(tier: Tier) {
     let ev = nsc.events();
     table.add("netns canary got nothing", ev.is_empty(), format!("{ev:?}"));
 
+    if tier == Tier::Gvisor {
+        // What the probe's uid-map row checks in the jail, seen from the host: the sentry and
+        // its stubs are an unprivileged host uid in a user namespace of their own; the one
+        // host-root process is the gofer, with file capabilities only (chown, DAC, fowner,
+        // fsetid, chroot: 0x4001f), serving the sandbox's own root.
+        let host_ns = fs::read_link("/proc/self/ns/user").unwrap();
+        let mut rows = Vec::new();
+        let mut roots = 0;
+        for p in common::processes_of(&id) {
+            let st = fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
+            let field = |k: &str| st.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_default();
+            let ns = fs::read_link(format!("/proc/{}/ns/user", p.pid)).ok();
+            let uid = field("Uid:").split_whitespace().next().unwrap_or("").to_string();
+            let cap = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX);
+            if uid == "0" {
+                roots += 1;
+                rows.push((cap & !0x4001f == 0 && roots == 1, format!("{} root caps {cap:#x}", p.pid)));
+            } else {
+                rows.push((uid == "65534" && ns.as_ref() != Some(&host_ns), format!("{} uid {uid}", p.pid)));
+            }
+        }
+        table.add(
+            "host: the guest is an unprivileged host uid in its own user namespace, but for the gofer",
+            !rows.is_empty() && rows.iter().all(|(ok, _)| *ok),
+            rows.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>().join(", "),
+        );
+    }
     let fds = d.sh_ok(&id, "ls -l /proc/self/fd | tail -n +2");
     let nums: BTreeSet<u32> =
         fds.lines().filter_map(|l| l.split(" -> ").next()?.split_whitespace().last()?.parse().ok()).collect();

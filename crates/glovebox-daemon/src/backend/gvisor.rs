@@ -131,8 +131,11 @@ impl Instance for Gvisored {
         &self.socket
     }
 
+    /// The sentry runs and is not on its way out: an OOM kill reaches the sentry (it holds
+    /// the guest's memory), whose many threads take a while to exit, and a request that lost
+    /// its agent connection meanwhile must hear the sandbox is gone, not that the agent failed.
     fn alive(&self) -> bool {
-        pidfd_alive(self.sentry_fd.as_ref())
+        pidfd_alive(self.sentry_fd.as_ref()) && !doomed(self.sentry)
     }
 
     fn exit_fd(&self) -> Option<OwnedFd> {
@@ -228,6 +231,20 @@ impl Instance for Gvisored {
     }
 }
 
+/// Whether process `pid` is exiting or has a SIGKILL pending (`/proc/PID/stat`: a zombie or
+/// dead state, the `PF_EXITING` flag, or bit 9 of its pending signals).
+fn doomed(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the command name: state (0), ..., flags (6), ..., signal (28: pending, as decimal).
+    let state = f.first().copied().unwrap_or("");
+    let flags = f.get(6).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let pending = f.get(28).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0 || pending & (1 << (libc::SIGKILL - 1)) != 0
+}
+
 /// The sentry's and gofer's pids runsc recorded for sandbox `id` in its run directory.
 pub(super) fn recorded_pids(dir: &Path, id: &str) -> Option<(i32, i32)> {
     let body = fs::read(dir.join("runsc").join(format!("{id}_sandbox:{id}.state"))).ok()?;
@@ -247,6 +264,15 @@ mod tests {
         let l = Limits { cpus: 1.0, memory_mb: 512, disk_mb: 1024, pids: 64 };
         let c = gvisor_cgroup_limits(&l);
         assert_eq!((c.pids, c.memory_bytes), (768, 512 << 20));
+    }
+
+    #[test]
+    fn a_running_process_is_not_doomed_and_a_reaped_one_is() {
+        assert!(!doomed(std::process::id() as i32));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id() as i32;
+        c.wait().unwrap();
+        assert!(doomed(pid) || std::path::Path::new(&format!("/proc/{pid}")).exists());
     }
 
     #[test]
