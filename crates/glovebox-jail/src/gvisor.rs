@@ -546,6 +546,29 @@ mod tests {
     }
 
     #[test]
+    fn the_shim_is_preloaded_first_and_a_template_s_preloads_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        fs::create_dir_all(root.join("etc")).unwrap();
+        preload_compat_shim(&root).unwrap();
+        assert_eq!(fs::read_to_string(root.join("etc/ld.so.preload")).unwrap(), format!("{COMPAT_IN_GUEST}\n"));
+        fs::write(root.join("etc/ld.so.preload"), format!("/usr/lib/libtpl.so\n{COMPAT_IN_GUEST}\n")).unwrap();
+        preload_compat_shim(&root).unwrap();
+        assert_eq!(
+            fs::read_to_string(root.join("etc/ld.so.preload")).unwrap(),
+            format!("{COMPAT_IN_GUEST}\n/usr/lib/libtpl.so\n")
+        );
+        // A symlinked preload file is replaced in the root, its target left alone.
+        let outside = t.path().join("outside");
+        fs::write(&outside, "host\n").unwrap();
+        fs::remove_file(root.join("etc/ld.so.preload")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("etc/ld.so.preload")).unwrap();
+        preload_compat_shim(&root).unwrap();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "host\n");
+        assert!(!fs::symlink_metadata(root.join("etc/ld.so.preload")).unwrap().file_type().is_symlink());
+    }
+
+    #[test]
     fn resolv_conf_never_goes_through_a_symlink() {
         let t = tempfile::tempdir().unwrap();
         let outside = t.path().join("outside");

@@ -322,3 +322,33 @@ fn gvisor_is_refused_clearly_where_it_cannot_apply() {
     assert!(e["error"]["message"].as_str().unwrap_or_default().contains("gvisor"), "{e}");
     d.shutdown_and_check_leaks();
 }
+
+/// A daemon stopped with its sandboxes left running re-adopts its gVisor sandboxes: the agent
+/// answers, and the link gVisor's netstack owns is held shut until its rules are back (it
+/// cannot be made again, as a jailed sandbox's is): never unfiltered, still working after.
+#[test]
+fn a_gvisor_sandbox_is_readopted_with_its_link_and_policy() {
+    require_gvisor!();
+    let mut d = Daemon::start_keeping();
+    let c = Canary::start();
+    let allow = json!({ "mode": "allow-list", "allow": [format!("{}/32", c.ip)] });
+    let open = d.create(gvisor(json!({ "network": allow })));
+    let shut = d.create(gvisor(json!({})));
+    assert!(reach(&d, &open, &c).starts_with("tcp canary"));
+    c.events();
+    d.stop();
+    let d = d.restart();
+    assert_eq!(d.sh_ok(&open, "echo back"), "back\n");
+    let saw = common::poll(Duration::from_secs(10), Duration::from_millis(200), || {
+        let s = reach(&d, &open, &c);
+        s.starts_with("tcp canary").then_some(s)
+    });
+    assert!(saw.is_some(), "the allow-list works again after the restart");
+    c.events();
+    let saw = reach(&d, &shut, &c);
+    assert!(saw.starts_with("tcp blocked"), "deny-all after the restart: {saw}");
+    let ev = c.events();
+    assert!(ev.is_empty(), "deny-all reached the canary after the restart: {ev:?}");
+    drop(c);
+    d.shutdown_and_check_leaks();
+}
