@@ -104,10 +104,19 @@ pub struct Started {
     pub gofer: libc::pid_t,
 }
 
+/// A started sandbox as the daemon holds it: the guest's processes and its reaper.
+#[derive(Debug)]
+pub struct Launched {
+    pub started: Started,
+    /// The helper, which stays as the sandbox's reaper (see [`main_from_stdin`]): the
+    /// daemon's child, to be reaped once the sandbox is gone.
+    pub helper: libc::pid_t,
+}
+
 /// Daemon side: starts the helper for `cfg` and waits until the agent answers. The helper
 /// gets an empty environment and only stdin (config), stdout (status) and stderr (`log`, the
 /// sandbox's agent log, which runsc and the agent write to as well).
-pub fn launch(agent_exe: &Path, cfg: &GvisorConfig, log: File) -> Result<Started> {
+pub fn launch(agent_exe: &Path, cfg: &GvisorConfig, log: File) -> Result<Launched> {
     let body = serde_json::to_vec(cfg).map_err(|e| JailError::Config(e.to_string()))?;
     let mut child = Command::new(agent_exe)
         .arg0("glovebox-agent")
@@ -123,13 +132,18 @@ pub fn launch(agent_exe: &Path, cfg: &GvisorConfig, log: File) -> Result<Started
     let written = stdin.write_all(&body);
     drop(stdin);
     let mut out = child.stdout.take().ok_or_else(|| JailError::Reported("no stdout pipe".into()))?;
+    // The helper closes its stdout once it has reported (and then stays, as the reaper).
     let status = crate::launch::read_until_eof(&mut out, START_DEADLINE + Duration::from_secs(5));
-    if status.is_err() {
-        let _ = child.kill();
+    let started = written.ctx("send gvisor config").and_then(|()| parse_status(&status?));
+    match started {
+        Ok(started) => Ok(Launched { started, helper: child.id() as libc::pid_t }),
+        Err(e) => {
+            // It has killed and reaped what runsc started, or is to be killed now.
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
     }
-    let _ = child.wait();
-    written.ctx("send gvisor config")?;
-    parse_status(&status?)
 }
 
 fn parse_status(text: &str) -> Result<Started> {
@@ -160,12 +174,35 @@ pub fn main_from_stdin() -> ! {
         .ctx("read config")
         .and_then(|_| serde_json::from_slice::<GvisorConfig>(&buf).map_err(|e| JailError::Config(e.to_string())))
         .and_then(|cfg| run(&cfg));
-    let line = match started {
+    let line = match &started {
         Ok(s) => format!("pid {}\ngofer {}\nready\n", s.sentry, s.gofer),
         Err(e) => format!("error: {e}\n"),
     };
     let _ = std::io::stdout().write_all(line.as_bytes());
-    sys::exit_now(if line.starts_with("error") { 1 } else { 0 })
+    if started.is_err() {
+        sys::exit_now(1);
+    }
+    reap_until_alone()
+}
+
+/// After the start: the helper stays as the sandbox's reaper. The sentry's stub processes
+/// (the ptrace platform's, one per guest address space) are the sentry's children; when the
+/// sentry dies they pass to the nearest subreaper, which this process is (the daemon would
+/// otherwise collect them as zombies it never waits for). It reaps every descendant it
+/// inherits and exits once none is left, so its own exit (the daemon reaps it) marks the end
+/// of the sandbox's last host process. Its stdout is closed first: the daemon reads the
+/// status until EOF.
+fn reap_until_alone() -> ! {
+    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
+        let _ = sys::dup2(null.as_raw_fd(), 1);
+    }
+    loop {
+        match sys::waitpid(-1, 0) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => sys::exit_now(0), // ECHILD: nothing of the sandbox is left
+        }
+    }
 }
 
 fn run(cfg: &GvisorConfig) -> Result<Started> {

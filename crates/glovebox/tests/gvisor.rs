@@ -123,11 +123,27 @@ fn a_gvisor_sandbox_runs_commands_files_and_code_behind_the_same_api() {
     let (_, ex) = d.post(&format!("/v1/sandboxes/{id}/code"), &json!({ "code": "print(x * 2)" }));
     assert_eq!(ex["logs"]["stdout"][0], "82\n", "state persists between cells: {ex}");
 
-    // Destroy: the sentry and everything of the sandbox go (the leak check below too).
+    // Destroy: the sentry and everything of the sandbox go (the leak check below too), and
+    // the sentry's stub processes, which pass to the daemon when the sentry dies, are reaped:
+    // no zombie is left to the daemon.
     let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 204);
     let (st, _) = d.get(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 410);
+    let zombies = || {
+        let me = d.pid().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|st| {
+                let f: Vec<&str> = st.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+                f.first() == Some(&"Z") && f.get(1) == Some(&me.as_str())
+            })
+            .count()
+    };
+    let none = common::poll(Duration::from_secs(5), Duration::from_millis(50), || (zombies() == 0).then_some(()));
+    assert!(none.is_some(), "{} zombie children of the daemon", zombies());
     d.shutdown_and_check_leaks();
 }
 

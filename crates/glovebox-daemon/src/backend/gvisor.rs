@@ -92,6 +92,9 @@ pub(super) struct Gvisored {
     pub(super) sentry_fd: Option<OwnedFd>,
     /// The gofer's pidfd (absent after a restart when it is gone already).
     pub(super) gofer_fd: Option<OwnedFd>,
+    /// The helper's pidfd: it stays as the reaper of the sandbox's host processes and exits
+    /// after the last (`glovebox_jail::gvisor`).
+    pub(super) helper_fd: Option<OwnedFd>,
     pub(super) socket: PathBuf,
     pub(super) dir: PathBuf,
     pub(super) cgroup: Box<dyn Cgroup>,
@@ -202,7 +205,16 @@ impl Instance for Gvisored {
             !pidfd_alive(Some(fd))
         };
         let s = gone(Some(sentry));
-        gone(self.gofer_fd.as_ref()) && s
+        let g = gone(self.gofer_fd.as_ref());
+        // The helper reaps the stubs the sentry leaves, then exits; one still there after
+        // that is ended (its orphans then pass to this daemon, which the leak check shows).
+        let h = gone(self.helper_fd.as_ref()) || {
+            if let Some(fd) = &self.helper_fd {
+                let _ = pidfd_send_signal(fd, Signal::KILL);
+            }
+            gone(self.helper_fd.as_ref())
+        };
+        s && g && h
     }
 
     /// Removes its cgroups (killing through them whatever is left: stubs take a moment to
@@ -229,6 +241,23 @@ impl Instance for Gvisored {
         }
         last
     }
+}
+
+/// Records the helper's pid and start time in the sandbox's directory.
+pub(super) fn record_helper(dir: &Path, pid: i32) {
+    let start = crate::store::proc_start_time(pid).unwrap_or(0);
+    if let Err(e) = fs::write(dir.join("helper"), format!("{pid} {start}")) {
+        tracing::warn!("record the gVisor helper: {e}");
+    }
+}
+
+/// A pidfd of the helper recorded in `dir`, if that very process still runs.
+pub(super) fn recorded_helper(dir: &Path) -> Option<OwnedFd> {
+    let body = fs::read_to_string(dir.join("helper")).ok()?;
+    let (pid, start) = body.trim().split_once(' ')?;
+    let (pid, start) = (pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?);
+    let fd = pidfd(pid)?;
+    (crate::store::proc_start_time(pid) == Some(start)).then_some(fd)
 }
 
 /// Whether process `pid` is exiting or has a SIGKILL pending (`/proc/PID/stat`: a zombie or

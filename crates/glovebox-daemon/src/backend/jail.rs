@@ -471,17 +471,21 @@ impl Jail {
         });
         // The sentry joined it (or failed): ours can go.
         drop(netns);
-        let started = match launched {
-            Ok(s) => s,
+        let glovebox_jail::gvisor::Launched { started, helper } = match launched {
+            Ok(l) => l,
             Err(e) => return fail(shell, e),
         };
-        let (sentry_fd, gofer_fd) = (super::gvisor::pidfd(started.sentry), super::gvisor::pidfd(started.gofer));
+        let pidfd = super::gvisor::pidfd;
+        let (sentry_fd, gofer_fd, helper_fd) = (pidfd(started.sentry), pidfd(started.gofer), pidfd(helper));
+        // For a restart's re-adoption (the helper is then another daemon's orphan).
+        super::gvisor::record_helper(&shell.dir, helper);
         let Shell { id, slot, dir, cgroup, .. } = shell;
         Ok(Box::new(super::gvisor::Gvisored {
             id,
             sentry: started.sentry,
             sentry_fd,
             gofer_fd,
+            helper_fd,
             socket,
             dir,
             cgroup,
@@ -516,6 +520,7 @@ impl Jail {
             sentry: rec.pid,
             sentry_fd: Some(sentry_fd),
             gofer_fd,
+            helper_fd: super::gvisor::recorded_helper(rec.dir),
             socket,
             dir: rec.dir.to_path_buf(),
             cgroup,
