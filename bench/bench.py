@@ -45,7 +45,7 @@ Phases with their own units:
   files     PUT then GET of 1 MiB and 100 MiB: MiB/s (host tmpfs from Python as the peer)
   syscall   100k os.stat("/") (and os.getppid()) in /usr/bin/python3, inside vs outside
   syscall_gvisor  the same loop in an isolation-gvisor sandbox, under `runsc run` directly,
-            and on the host (the tier's syscall tax beside gVisor's own)
+            and on the host (the tier's syscall tax beside gVisor's own), 10 rounds
   load      8 and 32 client threads doing create -> exec true -> destroy for --load-s s
   density   N idle 64 MiB sandboxes: daemon RSS and MemAvailable per sandbox, then none left
 
@@ -864,12 +864,13 @@ def syscall_gvisor_phase(api, quick, bundle):
     inside a sandbox with `isolation: gvisor` (exec), under `runsc run` of an OCI bundle
     directly (the same runsc, same platform, no Glovebox: the tier's own cost beside
     gVisor's), and on the host. Taxes are medians of the rounds' ratios to the host run."""
-    reps = 5 if quick else 20
+    # Under gVisor's ptrace platform a call costs microseconds: one round is about 15 s.
+    reps = 3 if quick else 10
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
            "HOME": "/root", "USER": "root"}
     state = os.path.join(os.path.dirname(bundle), "runsc-syscall-state")
     os.makedirs(state, exist_ok=True)
-    sid = api.create({"isolation": "gvisor"})
+    sid = api.create({"isolation": "gvisor", "timeout_s": 3600})
     sides = ("gvisor", "runsc", "host")
     res = {f"{side}_{what}": [] for side in sides for what in SYSCALL_WHAT}
 

@@ -15,7 +15,16 @@ fn main() {
     }
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let status = Command::new(&cc)
-        .args(["-O2", "-fPIC", "-shared", "-nostdlib", "-fno-stack-protector", "-Wl,-z,now", "-Wl,--hash-style=both", "-o"])
+        .args([
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-nostdlib",
+            "-fno-stack-protector",
+            "-Wl,-z,now",
+            "-Wl,--hash-style=both",
+            "-o",
+        ])
         .arg(&out)
         .arg(src)
         .status()

@@ -485,7 +485,6 @@ impl Exec {
         .ok();
         Ok(Spare { id, pid, job: job_w, stdin, stdout, stderr, cgroup_dir, exited: rx, stat })
     }
-
 }
 
 /// Whether the spare `pid` a zygote forked with `CLONE_PARENT` is the agent's child, as it

@@ -278,7 +278,11 @@ fn write_resolv_conf(root: &Path, body: &str) -> Result<()> {
 fn preload_compat_shim(root: &Path) -> Result<()> {
     let mut body = format!("{COMPAT_IN_GUEST}\n").into_bytes();
     if let Ok(old) = read_etc(root, c"ld.so.preload") {
-        let keep = String::from_utf8_lossy(&old).lines().filter(|l| l.trim() != COMPAT_IN_GUEST).map(|l| format!("{l}\n")).collect::<String>();
+        let keep = String::from_utf8_lossy(&old)
+            .lines()
+            .filter(|l| l.trim() != COMPAT_IN_GUEST)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
         body.extend_from_slice(keep.as_bytes());
     }
     write_etc(root, c"ld.so.preload", &body)
@@ -348,7 +352,8 @@ fn oci_spec(cfg: &GvisorConfig, root: &Path) -> Value {
     let caps: Vec<&str> = AGENT_CAPS.iter().map(|(c, _)| *c).collect();
     let mut args = vec![AGENT_IN_GUEST.to_string(), "init".to_string()];
     args.extend(guest::InitArgs { pids: cfg.jail.pids }.to_args());
-    let mut namespaces = vec![json!({"type": "pid"}), json!({"type": "ipc"}), json!({"type": "uts"}), json!({"type": "mount"})];
+    let mut namespaces =
+        vec![json!({"type": "pid"}), json!({"type": "ipc"}), json!({"type": "uts"}), json!({"type": "mount"})];
     namespaces.push(match &cfg.jail.netns {
         Some(ns) => json!({"type": "network", "path": ns}),
         None => json!({"type": "network"}),
@@ -476,7 +481,10 @@ fn wait_for_agent(cfg: &GvisorConfig, s: Started) -> Result<()> {
             return Ok(());
         }
         if sys::kill(s.sentry, 0).is_err() || reaped(s.sentry) {
-            return Err(JailError::Reported(format!("the sandbox ended before its agent answered ({})", last_log_line())));
+            return Err(JailError::Reported(format!(
+                "the sandbox ended before its agent answered ({})",
+                last_log_line()
+            )));
         }
         if Instant::now() >= end {
             return Err(JailError::Timeout(START_DEADLINE.as_millis() as u64));
@@ -573,7 +581,8 @@ mod tests {
     fn runsc_is_told_to_leave_cgroups_and_to_share_no_host_socket() {
         let mut c = cfg();
         let a: Vec<String> = runsc_args(&c).iter().map(|s| s.to_string_lossy().into_owned()).collect();
-        for want in ["--root=/run/g/sandboxes/sb1/runsc", "--ignore-cgroups", "--network=sandbox", "--host-uds=create"] {
+        for want in ["--root=/run/g/sandboxes/sb1/runsc", "--ignore-cgroups", "--network=sandbox", "--host-uds=create"]
+        {
             assert!(a.contains(&want.to_string()), "{want} in {a:?}");
         }
         assert!(!a.iter().any(|x| x.starts_with("--host-uds=open") || x.starts_with("--host-uds=all")));

@@ -1420,7 +1420,10 @@ mod tests {
     #[test]
     fn compiled_guest_filter_matches_its_policy() {
         assert_compiled_matches(&Policy::guest_embedded().expect("guest policy"));
-        assert_eq!(compile_guest().expect("compile"), Policy::guest_embedded().expect("guest").to_bpf().expect("compile"));
+        assert_eq!(
+            compile_guest().expect("compile"),
+            Policy::guest_embedded().expect("guest").to_bpf().expect("compile")
+        );
     }
 
     /// The guest policy only narrows: whatever it allows, the commands' policy allows; it
@@ -1451,8 +1454,10 @@ mod tests {
         for req in [libc::TIOCGWINSZ as u64, libc::FIONREAD as u64, libc::FIONBIO as u64] {
             assert_eq!(guest.decide(ioctl, &with(&[(1, req)])), Action::Allow, "ioctl {req:#x}");
         }
-        assert!(Policy::parse_guest(POLICY_JSON, &GUEST_POLICY_JSON.replace("\"fcntl\"", "\"mount\"")).is_err(),
-            "narrowing a syscall the base does not allow is refused");
+        assert!(
+            Policy::parse_guest(POLICY_JSON, &GUEST_POLICY_JSON.replace("\"fcntl\"", "\"mount\"")).is_err(),
+            "narrowing a syscall the base does not allow is refused"
+        );
     }
 
     #[test]

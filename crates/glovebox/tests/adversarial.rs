@@ -418,7 +418,8 @@ fn escape_probes(tier: Tier) {
         let mut roots = 0;
         for p in common::processes_of(&id) {
             let st = fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
-            let field = |k: &str| st.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_default();
+            let field =
+                |k: &str| st.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_default();
             let ns = fs::read_link(format!("/proc/{}/ns/user", p.pid)).ok();
             let uid = field("Uid:").split_whitespace().next().unwrap_or("").to_string();
             let cap = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX);
@@ -531,7 +532,8 @@ fn escape_probes(tier: Tier) {
         assert!(o.status.success(), "netns control: {}", o.stderr_str());
         nsc.events()
     };
-    let bad = table.finish(&format!("escape probes, isolation {} ({} s in the sandbox)", tier.name(), probe_time.as_secs()));
+    let bad =
+        table.finish(&format!("escape probes, isolation {} ({} s in the sandbox)", tier.name(), probe_time.as_secs()));
     assert!(missing.is_empty(), "these canaries do not see traffic even from the host (control): {missing:?}");
     assert!(ev.len() >= 2, "the netns canary does not see traffic from inside its namespace (control): {ev:?}");
     assert!(bad.is_empty(), "{} probe(s) got through:\n  {}", bad.len(), bad.join("\n  "));
@@ -888,9 +890,15 @@ fn resource_abuse(tier: Tier) {
         format!("RSS {} -> {} MiB", rss_before / 1024, rss / 1024),
     );
     // Every abused sandbox is still usable afterwards (the disk-full one once it frees space).
-    for (name, id, r) in [("fork", &fork, &fork_r), ("memory", &mem, &mem_r), ("cpu", &cpu, &cpu_r), ("flood", &flood, &flood_r)] {
+    for (name, id, r) in
+        [("fork", &fork, &fork_r), ("memory", &mem, &mem_r), ("cpu", &cpu, &cpu_r), ("flood", &flood, &flood_r)]
+    {
         if r["gone"].is_string() {
-            table.add_raw(&format!("the {name} sandbox still works"), "INFO", &format!("it ended (reason {})", r["gone"]));
+            table.add_raw(
+                &format!("the {name} sandbox still works"),
+                "INFO",
+                &format!("it ended (reason {})", r["gone"]),
+            );
             continue;
         }
         let r = d.sh(id, "echo alive");

@@ -70,7 +70,10 @@ fn a_gvisor_sandbox_runs_commands_files_and_code_behind_the_same_api() {
     assert_eq!(seen.trim(), "1", "the marker command runs inside");
     let on_host: Vec<_> = common::processes()
         .into_iter()
-        .filter(|p| std::fs::read(format!("/proc/{}/cmdline", p.pid)).is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker)))
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
+        })
         .collect();
     assert!(on_host.is_empty(), "a sandbox command is a host process: {on_host:?}");
     let status = d.sh_ok(&id, "grep -E '^(Seccomp|CapEff|CapBnd):' /proc/self/status /proc/1/status");
@@ -85,7 +88,10 @@ fn a_gvisor_sandbox_runs_commands_files_and_code_behind_the_same_api() {
 
     // Commands: output, exit codes, stdin, a timeout that leaves the sandbox usable.
     let r = d.exec(&id, json!({ "cmd": "echo out; echo err >&2; exit 3" }));
-    assert_eq!((r["stdout"].as_str(), r["stderr"].as_str(), r["exit_code"].as_i64()), (Some("out\n"), Some("err\n"), Some(3)));
+    assert_eq!(
+        (r["stdout"].as_str(), r["stderr"].as_str(), r["exit_code"].as_i64()),
+        (Some("out\n"), Some("err\n"), Some(3))
+    );
     let r = d.exec(&id, json!({ "cmd": ["cat"], "stdin": "fed through stdin" }));
     assert_eq!(r["stdout"], "fed through stdin", "{r}");
     let t = Instant::now();
@@ -94,13 +100,17 @@ fn a_gvisor_sandbox_runs_commands_files_and_code_behind_the_same_api() {
     assert!(t.elapsed() < Duration::from_secs(10), "the timeout was kept: {:?}", t.elapsed());
     let left = d.sh_ok(&id, "ps -eo args | grep -c '^sleep 30' || true");
     assert_eq!(left.trim(), "0", "the timed-out command's process group is gone");
-    let big = d.exec(&id, json!({ "cmd": "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo last-line", "max_output_bytes": 100000 }));
+    let big = d.exec(
+        &id,
+        json!({ "cmd": "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo last-line", "max_output_bytes": 100000 }),
+    );
     assert_eq!(big["stdout_truncated"], true, "{}", big["stdout_bytes"]);
     assert!(out(&big).ends_with("last-line"), "head and tail kept");
 
     // Files, resolved inside: a symlink planted to climb out reads the sandbox's own files.
     let body = format!("gvisor file {}", rand_token(12));
-    let (st, info) = d.send(d.req(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/home/user/a/b.txt")).body(body.clone()));
+    let (st, info) =
+        d.send(d.req(Method::PUT, &format!("/v1/sandboxes/{id}/files?path=/home/user/a/b.txt")).body(body.clone()));
     assert_eq!(st, 200, "{info}");
     assert_eq!(d.sh_ok(&id, "cat /home/user/a/b.txt"), body);
     let got = d.req(Method::GET, &format!("/v1/sandboxes/{id}/files?path=a/b.txt")).send().unwrap().text().unwrap();
@@ -179,7 +189,8 @@ impl Canary {
         let ns = Netns::new();
         // A /30 of 10.252.0.0/16 of the test's own (never routed off the machine).
         let n: u32 = u32::from_str_radix(&common::rand_hex(2), 16).unwrap() % 16384;
-        let (host_ip, ip) = (format!("10.252.{}.{}", n / 64, (n % 64) * 4 + 1), format!("10.252.{}.{}", n / 64, (n % 64) * 4 + 2));
+        let (host_ip, ip) =
+            (format!("10.252.{}.{}", n / 64, (n % 64) * 4 + 1), format!("10.252.{}.{}", n / 64, (n % 64) * 4 + 2));
         let hostif = format!("gbtc{}", rand_token(6));
         let ip_cmd = |args: &[&str]| {
             let o = run_bounded(Command::new("ip").args(args), None, Duration::from_secs(10));
@@ -260,7 +271,8 @@ fn the_network_policy_holds_on_the_host_side_of_a_gvisor_sandbox() {
     let saw = reach(&d, &shut, &c);
     assert!(saw.starts_with("tcp canary"), "after the update to allow-list: {saw}");
     assert!(!c.events().is_empty());
-    let (st, v) = d.send(d.req(Method::PUT, &format!("/v1/sandboxes/{shut}/network")).json(&json!({ "mode": "deny-all" })));
+    let (st, v) =
+        d.send(d.req(Method::PUT, &format!("/v1/sandboxes/{shut}/network")).json(&json!({ "mode": "deny-all" })));
     assert_eq!(st, 200, "{v}");
     let saw = reach(&d, &shut, &c);
     assert!(saw.starts_with("tcp blocked"), "back to deny-all: {saw}");
@@ -282,7 +294,8 @@ fn limits_hold_under_gvisor() {
     // sentry, and with it the sandbox: reason `oom` (the jail kills only the command).
     let id = d.create(gvisor(json!({ "resources": { "memory_mb": 256, "cpus": 0.25 } })));
     let code = "b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('allocated')";
-    let (st, r) = d.post(&format!("/v1/sandboxes/{id}/exec"), &json!({ "cmd": ["python3", "-c", code], "timeout_ms": 30_000 }));
+    let (st, r) =
+        d.post(&format!("/v1/sandboxes/{id}/exec"), &json!({ "cmd": ["python3", "-c", code], "timeout_ms": 30_000 }));
     if st == 200 {
         assert!(!out(&r).contains("allocated") && r["exit_code"] != 0, "600 MiB under a 256 MiB budget: {r}");
     } else {

@@ -458,9 +458,11 @@ impl Jail {
         let launched = image.and_then(|img| {
             let mut gc = gc;
             gc.jail.disk_image = img;
-            let log = fs::File::create(shell.dir.join("agent.log")).map_err(|e| Error::Internal(format!("agent log: {e}")));
+            let log =
+                fs::File::create(shell.dir.join("agent.log")).map_err(|e| Error::Internal(format!("agent log: {e}")));
             let r = log.and_then(|log| {
-                glovebox_jail::gvisor::launch(&self.agent_exe, &gc, log).map_err(|e| Error::Start(format!("gvisor: {e}")))
+                glovebox_jail::gvisor::launch(&self.agent_exe, &gc, log)
+                    .map_err(|e| Error::Start(format!("gvisor: {e}")))
             });
             if let Some(img) = &gc.jail.disk_image {
                 if let Err(e) = fs::remove_file(img) {

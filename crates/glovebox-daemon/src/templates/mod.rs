@@ -242,6 +242,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_template_s_isolation_applies_unless_the_request_names_one() {
+        use glovebox_proto::api::Isolation;
+        let meta: TemplateMeta = serde_json::from_value(serde_json::json!({
+            "name": "t", "base": "host", "host_usr": true, "layers": [], "created_at": "now", "isolation": "gvisor"
+        }))
+        .unwrap();
+        let mut req = CreateSandbox::default();
+        apply_defaults(&meta, &mut req);
+        assert_eq!(req.isolation, Some(Isolation::Gvisor));
+        let mut req = CreateSandbox { isolation: Some(Isolation::Process), ..Default::default() };
+        apply_defaults(&meta, &mut req);
+        assert_eq!(req.isolation, Some(Isolation::Process));
+        // A template stored before the field existed has none.
+        let old: TemplateMeta = serde_json::from_value(serde_json::json!({
+            "name": "t", "base": "host", "host_usr": true, "layers": [], "created_at": "now"
+        }))
+        .unwrap();
+        assert_eq!(old.isolation, None);
+    }
+
+    #[test]
     fn shipped_specs_parse() {
         let s = shipped("code-interpreter").expect("code-interpreter ships");
         let spec = spec::parse(s.dockerfile, &Default::default()).expect("the shipped spec parses");

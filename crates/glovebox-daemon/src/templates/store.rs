@@ -302,6 +302,7 @@ mod tests {
             gid: None,
             resources: Resources::default(),
             start_cmd: None,
+            isolation: None,
             preload: None,
             created_at: "now".into(),
             size_bytes: 5,
