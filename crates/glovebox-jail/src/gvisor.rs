@@ -168,6 +168,8 @@ fn parse_status(text: &str) -> Result<Started> {
 /// Helper side (`glovebox-agent gvisor`): reads the config, starts the sandbox, reports.
 /// Never returns.
 pub fn main_from_stdin() -> ! {
+    // The host's mount namespace, to go back to once the sandbox runs (see reap_until_alone).
+    let host_mnt = File::open("/proc/self/ns/mnt").ok();
     let mut buf = Vec::new();
     let started = std::io::stdin()
         .read_to_end(&mut buf)
@@ -182,7 +184,7 @@ pub fn main_from_stdin() -> ! {
     if started.is_err() {
         sys::exit_now(1);
     }
-    reap_until_alone()
+    reap_until_alone(host_mnt)
 }
 
 /// After the start: the helper stays as the sandbox's reaper. The sentry's stub processes
@@ -191,10 +193,19 @@ pub fn main_from_stdin() -> ! {
 /// otherwise collect them as zombies it never waits for). It reaps every descendant it
 /// inherits and exits once none is left, so its own exit (the daemon reaps it) marks the end
 /// of the sandbox's last host process. Its stdout is closed first: the daemon reads the
-/// status until EOF.
-fn reap_until_alone() -> ! {
+/// status until EOF. It keeps nothing else: back in the host's mount namespace (the sandbox's
+/// root lives on in the gofer's), every capability dropped and `no_new_privs` set, so what
+/// waits beside each sandbox is a root process that can do no more than wait.
+fn reap_until_alone(host_mnt: Option<File>) -> ! {
     if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
         let _ = sys::dup2(null.as_raw_fd(), 1);
+    }
+    if let Some(ns) = host_mnt {
+        let _ = sys::setns(ns.as_fd(), libc::CLONE_NEWNS);
+    }
+    if sys::drop_all_caps().is_err() {
+        // Not fatal to the sandbox: it only waits. Said in the agent log.
+        eprintln!("glovebox-agent gvisor: could not drop the reaper's capabilities");
     }
     loop {
         match sys::waitpid(-1, 0) {

@@ -410,9 +410,10 @@ fn escape_probes(tier: Tier) {
 
     if tier == Tier::Gvisor {
         // What the probe's uid-map row checks in the jail, seen from the host: the sentry and
-        // its stubs are an unprivileged host uid in a user namespace of their own; the one
-        // host-root process is the gofer, with file capabilities only (chown, DAC, fowner,
-        // fsetid, chroot: 0x4001f), serving the sandbox's own root.
+        // its stubs are an unprivileged host uid in a user namespace of their own; the host-root
+        // processes are the gofer, with file capabilities only (chown, DAC, fowner, fsetid,
+        // chroot: 0x4001f), serving the sandbox's own root, and the reaper left by the start
+        // helper, with none.
         let host_ns = fs::read_link("/proc/self/ns/user").unwrap();
         let mut rows = Vec::new();
         let mut roots = 0;
@@ -425,13 +426,13 @@ fn escape_probes(tier: Tier) {
             let cap = u64::from_str_radix(&field("CapEff:"), 16).unwrap_or(u64::MAX);
             if uid == "0" {
                 roots += 1;
-                rows.push((cap & !0x4001f == 0 && roots == 1, format!("{} root caps {cap:#x}", p.pid)));
+                rows.push((cap & !0x4001f == 0 && roots <= 2, format!("{} root caps {cap:#x}", p.pid)));
             } else {
                 rows.push((uid == "65534" && ns.as_ref() != Some(&host_ns), format!("{} uid {uid}", p.pid)));
             }
         }
         table.add(
-            "host: the guest is an unprivileged host uid in its own user namespace, but for the gofer",
+            "host: the guest is an unprivileged host uid in its own user namespace, but the gofer and reaper",
             !rows.is_empty() && rows.iter().all(|(ok, _)| *ok),
             rows.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>().join(", "),
         );
