@@ -38,10 +38,14 @@ Own groups, after the rounds:
   api.*_after_idle           exec true, GET .../{id} and a host fork/exec of true (the peer),
                              each after IDLE_GAP_S of quiet: what a call costs when the
                              machine was idle before it, as an agent's calls, seconds apart, find it
-  runc, runsc                alone (their asynchronous teardown spills into the next run)
+  runc, runsc                alone (their asynchronous teardown spills into the next run);
+                             gvisor.* (create + exec true + destroy with isolation gvisor)
+                             runs in runsc's group, beside `runsc run` of the same `true`
 Phases with their own units:
   files     PUT then GET of 1 MiB and 100 MiB: MiB/s (host tmpfs from Python as the peer)
   syscall   100k os.stat("/") (and os.getppid()) in /usr/bin/python3, inside vs outside
+  syscall_gvisor  the same loop in an isolation-gvisor sandbox, under `runsc run` directly,
+            and on the host (the tier's syscall tax beside gVisor's own), 10 rounds
   load      8 and 32 client threads doing create -> exec true -> destroy for --load-s s
   density   N idle 64 MiB sandboxes: daemon RSS and MemAvailable per sandbox, then none left
 
@@ -355,15 +359,16 @@ class Bench:
             self.done += 1
 
 
-def ced_step(api, prefix, pool_want=None):
+def ced_step(api, prefix, pool_want=None, body=None):
     """create + exec true + destroy. With `pool_want` (the pool daemon), the pool is full
     before the create, and the harness waits after the iteration, unmeasured, until it is
-    full again: every create finds a warm sandbox, and no refill runs under the next bench."""
+    full again: every create finds a warm sandbox, and no refill runs under the next bench.
+    `body`: the create's body (`{"isolation": "gvisor"}` for the gVisor tier)."""
     def step(_i):
         if pool_want:
             api.wait_warm(pool_want, 30)
         t0 = time.perf_counter_ns()
-        sid = api.create()
+        sid = api.create(body)
         t1 = time.perf_counter_ns()
         api.exec_true(sid)
         t2 = time.perf_counter_ns()
@@ -854,6 +859,77 @@ def syscall_phase(api, quick):
     return out
 
 
+def syscall_gvisor_phase(api, quick, bundle):
+    """The syscall loop of `syscall_phase` in three places, in rounds (the order rotates):
+    inside a sandbox with `isolation: gvisor` (exec), under `runsc run` of an OCI bundle
+    directly (the same runsc, same platform, no Glovebox: the tier's own cost beside
+    gVisor's), and on the host. Taxes are medians of the rounds' ratios to the host run."""
+    # Under gVisor's ptrace platform a call costs microseconds: one round is about 15 s.
+    reps = 3 if quick else 10
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+           "HOME": "/root", "USER": "root"}
+    state = os.path.join(os.path.dirname(bundle), "runsc-syscall-state")
+    os.makedirs(state, exist_ok=True)
+    sid = api.create({"isolation": "gvisor", "timeout_s": 3600})
+    sides = ("gvisor", "runsc", "host")
+    res = {f"{side}_{what}": [] for side in sides for what in SYSCALL_WHAT}
+
+    def gvisor():
+        return [float(x) for x in api.exec_out(sid, [PYTHON, "-c", SYSCALL_LOOP]).split()]
+
+    def runsc(i):
+        argv = ["runsc", "--root", state, "--network=none", "run", "--bundle", bundle,
+                f"gb-bench-sys-{os.getpid()}-{i}"]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+        return [float(x) for x in p.stdout.split()]
+
+    def host():
+        p = subprocess.run([PYTHON, "-c", SYSCALL_LOOP], capture_output=True, text=True, check=True,
+                           env=env, cwd="/")
+        return [float(x) for x in p.stdout.split()]
+
+    try:
+        for i in range(reps + 1):  # the first round is a warm-up
+            run = {"gvisor": gvisor, "runsc": lambda: runsc(i), "host": host}
+            got = {}
+            for side in sides[i % 3:] + sides[:i % 3]:
+                got[side] = run[side]()
+            if i == 0:
+                continue
+            for side in sides:
+                for what, v in zip(SYSCALL_WHAT, got[side]):
+                    res[f"{side}_{what}"].append(v)
+    finally:
+        api.destroy(sid)
+    out = {"calls": 100000, "reps": reps}
+    for what in SYSCALL_WHAT:
+        h = res[f"host_{what}"]
+        out[f"host_{what}"] = summarize(h)
+        out[f"ns_per_call_host_{what}"] = out[f"host_{what}"]["p50"] * 1e6 / 100000
+        for side in ("gvisor", "runsc"):
+            v = res[f"{side}_{what}"]
+            out[f"{side}_{what}"] = summarize(v)
+            out[f"ns_per_call_{side}_{what}"] = out[f"{side}_{what}"]["p50"] * 1e6 / 100000
+            out[f"tax_{side}_{what}_pct"] = (statistics.median(a / b for a, b in zip(v, h)) - 1) * 100
+        g, r = res[f"gvisor_{what}"], res[f"runsc_{what}"]
+        out[f"glovebox_over_runsc_{what}_pct"] = (statistics.median(a / b for a, b in zip(g, r)) - 1) * 100
+    return out
+
+
+def make_python_bundle(bundle, workdir):
+    """`bundle` with the syscall loop as its process (for `runsc run`)."""
+    py = os.path.join(workdir, "bundle-py")
+    os.makedirs(py)
+    with open(os.path.join(bundle, "config.json")) as f:
+        spec = json.load(f)
+    spec["process"]["args"] = [PYTHON, "-c", SYSCALL_LOOP]
+    spec["process"]["env"] = ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/root"]
+    spec["process"]["cwd"] = "/"
+    with open(os.path.join(py, "config.json"), "w") as f:
+        json.dump(spec, f, indent=1)
+    return py
+
+
 def load_phase(api, clients, duration_s):
     """`clients` threads, each on its own connection, doing create -> exec true -> destroy
     until the deadline (an iteration under way finishes). Every sandbox made is destroyed."""
@@ -1293,6 +1369,10 @@ ORDER = [
     ("peer.unshare", "unshare --fork --pid --mount --net --uts --ipc --user true"),
     ("peer.runc", "runc run (ro /usr bundle) true"),
     ("peer.runsc", "runsc run (gVisor, ro /usr bundle) true"),
+    ("gvisor.create_exec_destroy", "Glovebox API, isolation gvisor: create + exec true + destroy (warm pool 0)"),
+    ("gvisor.create", "  phase: create (runsc start, agent answering)"),
+    ("gvisor.exec_first", "  phase: first exec true"),
+    ("gvisor.destroy", "  phase: destroy (DELETE)"),
     ("peer.true", "true (fork/exec from Python, baseline)"),
     ("code.plot_first_result", "code-interpreter, warm pool 2: create -> first PNG of the seed cell"),
     ("code.plot_create", "  phase: create (template code-interpreter)"),
@@ -1391,6 +1471,19 @@ def section_rows(results):
                          f"{s[f'ns_per_call_inside_{what}']:.0f}", f"{s[f'ns_per_call_outside_{what}']:.0f}",
                          f"{s[f'tax_{what}_pct']:+.1f} %", f"{s.get(f'tax_{what}_p50s_pct', s[f'tax_{what}_pct']):+.1f} %",
                          f"{s[f'tax_{what}_min_pct']:+.1f} %"))
+        out.append(rows)
+    g = results.get("syscall_gvisor")
+    if g:
+        rows = [(f"100k calls in /usr/bin/python3, gVisor ({g['reps']} rounds)", "gvisor sandbox ns/call",
+                 "runsc run ns/call", "host ns/call", "tax: sandbox vs host", "tax: runsc run vs host",
+                 "sandbox vs runsc run")]
+        for what, label in (("stat", 'os.stat("/")'), ("getppid", "os.getppid()"),
+                            ("stat_usr", "os.stat(os.__file__)")):
+            if f"gvisor_{what}" not in g:
+                continue
+            rows.append((label, f"{g[f'ns_per_call_gvisor_{what}']:.0f}", f"{g[f'ns_per_call_runsc_{what}']:.0f}",
+                         f"{g[f'ns_per_call_host_{what}']:.0f}", f"{g[f'tax_gvisor_{what}_pct']:+.0f} %",
+                         f"{g[f'tax_runsc_{what}_pct']:+.0f} %", f"{g[f'glovebox_over_runsc_{what}_pct']:+.1f} %"))
         out.append(rows)
     ld = results.get("load")
     if ld:
@@ -1541,7 +1634,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "results", "latest.json"))
     ap.add_argument("--only", default="", help="comma-separated benchmark prefixes to run (e.g. api,peer.bwrap,"
-                    "pool,code,net,files,syscall,load,density)")
+                    "pool,code,net,files,syscall,gvisor,load,density)")
     a = ap.parse_args()
     n = a.n or (30 if a.quick else 200)
     cli_n = a.cli_n or (10 if a.quick else 30)
@@ -1700,6 +1793,11 @@ def main():
         else:
             results["versions"][tool] = tool_version([tool, "--version"])
             os.makedirs(os.path.join(work, f"{tool}-state"))
+        if tool == "runsc" and api is not None:
+            # The gVisor tier beside runsc run directly, in the same group (both leave gVisor's
+            # sandbox and gofer processes to end after the iteration).
+            add("gvisor.create_exec_destroy", n, a.warmup, ced_step(api, "gvisor", body={"isolation": "gvisor"}),
+                group="runsc", force=wanted("peer.runsc"))
 
         def argv_of(i, tool=tool, extra=extra):
             # A private state dir, and `run` without --detach deletes the container when
@@ -1764,6 +1862,11 @@ def main():
         if api is not None:
             phase("files", lambda: files_phase(api, a.quick))
             phase("syscall", lambda: syscall_phase(api, a.quick))
+            if bundle is not None and shutil.which("runsc"):
+                py_bundle = make_python_bundle(bundle, work)
+                phase("syscall_gvisor", lambda: syscall_gvisor_phase(api, a.quick, py_bundle))
+            elif wanted("syscall_gvisor"):
+                unavailable["syscall_gvisor"] = "runsc or an OCI bundle missing"
             phase("load", load_all)
             if density_n > 0 and a.daemon_pid:
                 phase("density", lambda: density_phase(api, density_n, a.daemon_pid))

@@ -7,6 +7,7 @@
 //!   with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)` only: `..`, absolute paths and
 //!   absolute symlinks stay under the root, and `/proc/*/fd/*`-style magic links (which would
 //!   reach the agent's host fds) are refused. No `std::fs` call ever sees a user path.
+//!   Where the kernel has no `openat2` (gVisor's), `walk` resolves the same way by hand.
 //! - Operations that act on a name (mkdir, remove, rename, stat, create) resolve the *parent*
 //!   that way and then use the `*at` call on the final component, which never follows it.
 //! - Reads and writes touch regular files only. Reads open with `O_NONBLOCK | O_NOCTTY` and
@@ -393,12 +394,22 @@ where
 
 /// Opens `rel` (relative to the sandbox root) with every component resolved inside the
 /// root and magic links refused. The only way this module turns a user path into an fd.
+/// On a kernel without `openat2` (gVisor's) the same resolution is walked by hand
+/// (`walk::open_in_root`).
 fn resolve(root: BorrowedFd<'_>, rel: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+    static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if NO_OPENAT2.load(Ordering::Relaxed) {
+        return crate::walk::open_in_root(root, rel, flags);
+    }
     let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
     let mut tries = 0;
     loop {
         match rfs::openat2(root, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
             Err(Errno::AGAIN) if tries < OPENAT2_TRIES => tries += 1,
+            Err(Errno::NOSYS) => {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+                return crate::walk::open_in_root(root, rel, flags);
+            }
             res => return res,
         }
     }

@@ -11,6 +11,7 @@ mod conn;
 mod exec;
 mod files;
 mod spare;
+mod walk;
 mod watch;
 mod zygote;
 
@@ -28,6 +29,20 @@ fn main() {
         Some("jail") => {
             let booted = glovebox_jail::jailer::main_from_stdin();
             std::process::exit(serve(booted));
+        }
+        // The gVisor tier's host-side helper: builds the root, starts runsc, never returns.
+        Some("gvisor") => glovebox_jail::gvisor::main_from_stdin(),
+        // PID 1 of a guest kernel (gVisor's sentry): the runtime made the sandbox.
+        Some("init") => {
+            let rest: Vec<String> = args.collect();
+            let booted = glovebox_jail::guest::InitArgs::parse(&rest).and_then(|a| glovebox_jail::guest::init(&a));
+            match booted {
+                Ok(b) => std::process::exit(serve(b)),
+                Err(e) => {
+                    eprintln!("agent: init: {e}");
+                    std::process::exit(1);
+                }
+            }
         }
         Some("spare") => spare::main(),
         Some("zygote") => zygote::main(),

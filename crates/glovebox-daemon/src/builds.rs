@@ -360,6 +360,7 @@ async fn run_inner(m: &Arc<Manager>, c: Checked, log: Log) -> Result<TemplateMet
         gid,
         resources: c.req.resources.clone(),
         start_cmd: st.start_cmd.clone(),
+        isolation: c.req.isolation,
         preload,
         created_at: crate::util::rfc3339(std::time::SystemTime::now()),
         size_bytes: size,
@@ -507,6 +508,9 @@ fn build_request(req: &BuildTemplate, network: bool) -> CreateSandbox {
             deny: Vec::new(),
         },
         snapshot: None,
+        // Build steps run in the jail (their writes are read back from a host directory);
+        // the template's `isolation` is for the sandboxes created from it.
+        isolation: Some(api::Isolation::Process),
     }
 }
 

@@ -143,6 +143,9 @@ pub struct SandboxConfig {
     /// Where it started from, when a snapshot or a fork (its layers, kept by GC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<Origin>,
+    /// Which kernel its processes run on (`process` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<glovebox_proto::api::Isolation>,
 }
 
 /// A sandbox started from a snapshot (a fork's children too): the snapshot, the layers it

@@ -11,6 +11,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// What a command's child does before exec. Built once per command in the parent.
@@ -116,7 +117,12 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
         }
     }
     // Lock root out of privilege: uid 0 gains nothing on exec, and nothing can be
-    // re-raised later. Needs CAP_SETPCAP, which the agent still has here.
+    // re-raised later. Needs CAP_SETPCAP, which the agent still has here. A guest kernel
+    // without securebits (gVisor's) skips it: there the empty bounding set below is what
+    // keeps uid 0 from regaining any capability at exec (exec grants at most the bounding set).
+    if NO_SECUREBITS.load(Ordering::Relaxed) {
+        return drop_the_rest(s);
+    }
     let bits = SECBIT_NOROOT
         | SECBIT_NOROOT_LOCKED
         | SECBIT_NO_SETUID_FIXUP
@@ -128,6 +134,11 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
     if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } < 0 {
         return Err(err());
     }
+    drop_the_rest(s)
+}
+
+/// After the securebits: uid, capabilities, no_new_privs, the filter.
+fn drop_the_rest(s: &ChildSetup) -> io::Result<()> {
     // SAFETY: integer-only setresuid.
     if unsafe { libc::syscall(libc::SYS_setresuid, s.uid, s.uid, s.uid) } < 0 {
         return Err(err());
@@ -155,6 +166,21 @@ fn in_child(s: &ChildSetup) -> io::Result<()> {
         crate::seccomp::install(prog).map_err(|e| io::Error::other(e.to_string()))?;
     }
     Ok(())
+}
+
+/// Set once, by a guest's PID 1 ([`crate::guest::init`]), when the kernel under it refuses
+/// `PR_SET_SECUREBITS`; read in forked children (an atomic load is async-signal-safe).
+static NO_SECUREBITS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the kernel takes `PR_SET_SECUREBITS` (a guest kernel may not: gVisor's does not).
+/// Probed by setting the bits the process already has.
+pub(crate) fn probe_securebits() {
+    // SAFETY: integer-only prctls; setting the current bits again changes nothing.
+    let ok = unsafe {
+        let cur = libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0);
+        cur >= 0 && libc::prctl(libc::PR_SET_SECUREBITS, cur as libc::c_ulong, 0, 0, 0) == 0
+    };
+    NO_SECUREBITS.store(!ok, Ordering::Relaxed);
 }
 
 /// Applies the per-command set-up to the calling process itself, for a child forked without

@@ -222,7 +222,7 @@ fn parse_status(text: &str) -> Result<libc::pid_t> {
     }
 }
 
-fn read_until_eof(f: &mut impl ReadFd, deadline: Duration) -> Result<String> {
+pub(crate) fn read_until_eof(f: &mut impl ReadFd, deadline: Duration) -> Result<String> {
     let end = Instant::now() + deadline;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 512];
@@ -247,7 +247,7 @@ fn read_until_eof(f: &mut impl ReadFd, deadline: Duration) -> Result<String> {
     }
 }
 
-trait ReadFd: Read {
+pub(crate) trait ReadFd: Read {
     fn raw(&self) -> i32;
 }
 impl<T: Read + AsRawFd> ReadFd for T {

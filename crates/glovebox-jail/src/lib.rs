@@ -13,6 +13,8 @@ pub mod cgroup;
 pub mod child;
 pub mod config;
 pub mod error;
+pub mod guest;
+pub mod gvisor;
 pub mod jailer;
 pub mod landlock;
 pub mod launch;

@@ -51,17 +51,18 @@ fn chown(p: &Path, uid: u32) -> Result<()> {
     std::os::unix::fs::chown(p, Some(uid), Some(uid)).ctx_at("chown", p)
 }
 
-/// Binds `src` read-only, nosuid, nodev, with ids mapped through `userns`, onto `dst`.
-fn idmapped_bind(src: &Path, dst: &Path, userns: BorrowedFd<'_>) -> Result<()> {
+/// Binds `src` read-only, nosuid, nodev, with ids mapped through `userns` (none: as they
+/// are, for a guest kernel's root), onto `dst`.
+fn idmapped_bind(src: &Path, dst: &Path, userns: Option<BorrowedFd<'_>>) -> Result<()> {
     idmapped_bind_as(src, dst, userns, true)
 }
 
 /// Binds `src` nosuid, nodev (and read-only when `read_only`), with ids mapped through
-/// `userns`, onto `dst`.
-fn idmapped_bind_as(src: &Path, dst: &Path, userns: BorrowedFd<'_>, read_only: bool) -> Result<()> {
+/// `userns` (if any), onto `dst`.
+fn idmapped_bind_as(src: &Path, dst: &Path, userns: Option<BorrowedFd<'_>>, read_only: bool) -> Result<()> {
     let tree = sys::open_tree_clone(src, true).ctx_at("open_tree", src)?;
     let ro = if read_only { sys::MOUNT_ATTR_RDONLY } else { 0 };
-    sys::mount_setattr(tree.as_fd(), ro | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV, Some(userns))
+    sys::mount_setattr(tree.as_fd(), ro | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV, userns)
         .ctx_at("id-map mount", src)?;
     sys::move_mount_to(tree.as_fd(), dst).ctx_at("move_mount", dst)
 }
@@ -71,7 +72,7 @@ fn idmapped_bind_as(src: &Path, dst: &Path, userns: BorrowedFd<'_>, read_only: b
 /// are made owned by the sandbox's root (`uid`). Runs before any sandbox process exists, so
 /// nothing can swap a directory of the path for a symlink meanwhile; one already there (from
 /// a layer) is refused rather than followed.
-fn bind_volume(v: &crate::config::Volume, root: &Path, uid: u32, userns: BorrowedFd<'_>) -> Result<()> {
+fn bind_volume(v: &crate::config::Volume, root: &Path, uid: u32, userns: Option<BorrowedFd<'_>>) -> Result<()> {
     use std::path::Component;
     let bad =
         || crate::error::JailError::Config(format!("volume path {} is not a plain absolute path", v.target.display()));
@@ -125,6 +126,20 @@ fn overlay(lowers: &[PathBuf], upper: &Path, work: &Path, target: &Path) -> Resu
 /// Host side, as host root inside the jailer's private mount namespace: builds `root/`.
 /// `userns` is the sandbox's user namespace (for the id-mapping).
 pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
+    let root = build_tree(cfg, Some(userns))?;
+    build_dev(&root.join("dev"), cfg.shm_bytes)?;
+    Ok(root)
+}
+
+/// The same root for a guest kernel (gVisor's, through its gofer), in the caller's private
+/// mount namespace: nothing id-mapped (the guest's uid 0 is the gofer's, host root, and
+/// the on-disk uid 0 of every layer is the sandbox's root, as in the jail), and no `/dev`
+/// (the guest kernel makes its own). `cfg.uid_base` is 0.
+pub fn build_guest(cfg: &JailConfig) -> Result<PathBuf> {
+    build_tree(cfg, None)
+}
+
+fn build_tree(cfg: &JailConfig, userns: Option<BorrowedFd<'_>>) -> Result<PathBuf> {
     let m = &cfg.mount_dir;
     let r = cfg.uid_base;
     match &cfg.disk_image {
@@ -212,7 +227,6 @@ pub fn build(cfg: &JailConfig, userns: BorrowedFd<'_>) -> Result<PathBuf> {
     for v in &cfg.volumes {
         bind_volume(v, &root, r, userns)?;
     }
-    build_dev(&root.join("dev"), cfg.shm_bytes)?;
     Ok(root)
 }
 

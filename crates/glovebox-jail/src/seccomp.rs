@@ -45,6 +45,9 @@ pub const POLICY_JSON: &str = include_str!("../seccomp/allowlist.json");
 /// The agent's reviewed additions to [`POLICY_JSON`], as compiled into the binary.
 pub const AGENT_POLICY_JSON: &str = include_str!("../seccomp/agent.json");
 
+/// What commands are refused beyond [`POLICY_JSON`] under a guest kernel (gVisor's sentry).
+pub const GUEST_POLICY_JSON: &str = include_str!("../seccomp/guest.json");
+
 /// The file name the agent's policy must name as its base.
 const AGENT_BASE: &str = "allowlist.json";
 
@@ -98,6 +101,8 @@ pub enum SeccompError {
     AgentBase { found: String },
     #[error("agent seccomp policy refuses with another errno than the commands' policy")]
     AgentDefault,
+    #[error("guest seccomp policy narrows {name}, which the commands' policy does not allow")]
+    NarrowsUnknown { name: String },
 }
 
 /// What the filter does with one syscall.
@@ -290,6 +295,47 @@ impl Policy {
             let when_any = a.when_any.iter().map(|rule| parse_rule(&a.name, rule)).collect::<Result<_, _>>()?;
             policy.denied.retain(|d| d.name != a.name);
             policy.allow.push(AllowEntry { nr: known_syscall(&a.name)?, name: a.name, why: a.why, when_any });
+        }
+        Ok(policy)
+    }
+
+    /// The commands' policy under a guest kernel, compiled into the binary: the commands'
+    /// policy narrowed by `guest.json`.
+    pub fn guest_embedded() -> Result<Self, SeccompError> {
+        Self::parse_guest(POLICY_JSON, GUEST_POLICY_JSON)
+    }
+
+    /// Parses the commands' policy `base` and narrows it by `guest`: each entry's conditions
+    /// are ANDed onto every rule of a syscall the base allows (onto an unconditional allow,
+    /// they become its one rule). Only narrows: nothing the base refuses is allowed.
+    pub fn parse_guest(base: &str, guest: &str) -> Result<Self, SeccompError> {
+        let mut policy = Self::parse(base)?;
+        let raw: RawGuestPolicy = serde_json::from_str(guest).map_err(SeccompError::Parse)?;
+        require_why("about", &raw.about)?;
+        if raw.arch != "x86_64" {
+            return Err(SeccompError::PolicyArch { found: raw.arch });
+        }
+        if raw.base.policy != AGENT_BASE {
+            return Err(SeccompError::AgentBase { found: raw.base.policy });
+        }
+        require_why("base", &raw.base.why)?;
+        let mut seen = BTreeSet::new();
+        for n in raw.narrow {
+            require_why(&n.name, &n.why)?;
+            if !seen.insert(n.name.clone()) {
+                return Err(SeccompError::Duplicate { name: n.name });
+            }
+            let extra = parse_rule(&n.name, &RawRule { all: n.and_all })?;
+            let Some(entry) = policy.allow.iter_mut().find(|a| a.name == n.name) else {
+                return Err(SeccompError::NarrowsUnknown { name: n.name });
+            };
+            if entry.when_any.is_empty() {
+                entry.when_any.push(extra);
+            } else {
+                for rule in &mut entry.when_any {
+                    rule.extend(extra.iter().copied());
+                }
+            }
         }
         Ok(policy)
     }
@@ -539,6 +585,14 @@ pub fn compile_agent() -> Result<BpfProgram, SeccompError> {
     Policy::agent_embedded()?.to_bpf()
 }
 
+/// Builds the commands' filter for a guest kernel (see `guest.json`).
+pub fn compile_guest() -> Result<BpfProgram, SeccompError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(SeccompError::UnsupportedArch { arch: std::env::consts::ARCH });
+    }
+    Policy::guest_embedded()?.to_bpf()
+}
+
 /// `prog` as `(code, jt, jf, k)` tuples, to hand a compiled filter to another process.
 pub fn to_tuples(prog: &[sock_filter]) -> Vec<(u16, u8, u8, u32)> {
     prog.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect()
@@ -670,6 +724,23 @@ struct RawAgentPolicy {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawGuestPolicy {
+    about: String,
+    arch: String,
+    base: RawBase,
+    narrow: Vec<RawNarrow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNarrow {
+    name: String,
+    why: String,
+    and_all: Vec<RawCondition>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawBase {
     policy: String,
     why: String,
@@ -743,6 +814,13 @@ struct RawDenied {
     absent_on_x86_64: bool,
 }
 
+// The kernel's values (asm-generic/fcntl.h, asm-generic/sockios.h), which the libc crate
+// does not name.
+const F_SETSIG: u64 = 10;
+const F_SETOWN_EX: u64 = 15;
+const FIOSETOWN: u64 = 0x8901;
+const SIOCSPGRP: u64 = 0x8902;
+
 /// Constant names the policy may use in argument values, with libc's values for this target.
 // `as u64` throughout: the types differ by libc (ioctl numbers are c_ulong on glibc, c_int on
 // musl), and every value here is a small non-negative constant.
@@ -750,6 +828,11 @@ struct RawDenied {
 const CONSTANTS: &[(&str, u64)] = &[
     ("TIOCSTI", libc::TIOCSTI as u64),
     ("TIOCLINUX", libc::TIOCLINUX as u64),
+    ("F_SETOWN", libc::F_SETOWN as u64),
+    ("F_SETOWN_EX", F_SETOWN_EX),
+    ("F_SETSIG", F_SETSIG),
+    ("FIOSETOWN", FIOSETOWN),
+    ("SIOCSPGRP", SIOCSPGRP),
     ("AF_UNIX", libc::AF_UNIX as u64),
     ("AF_INET", libc::AF_INET as u64),
     ("AF_INET6", libc::AF_INET6 as u64),
@@ -1332,6 +1415,49 @@ mod tests {
     #[test]
     fn compiled_filter_matches_policy() {
         assert_compiled_matches(&policy());
+    }
+
+    #[test]
+    fn compiled_guest_filter_matches_its_policy() {
+        assert_compiled_matches(&Policy::guest_embedded().expect("guest policy"));
+        assert_eq!(
+            compile_guest().expect("compile"),
+            Policy::guest_embedded().expect("guest").to_bpf().expect("compile")
+        );
+    }
+
+    /// The guest policy only narrows: whatever it allows, the commands' policy allows; it
+    /// refuses naming a signal owner and picking the signal, and keeps the rest of fcntl and
+    /// ioctl (and the base's own refusals, TIOCSTI among them).
+    #[test]
+    fn the_guest_policy_narrows_signal_owners_only() {
+        let (user, guest) = (policy(), Policy::guest_embedded().expect("guest policy"));
+        for n in 0..=500u32 {
+            for args in arg_sets() {
+                if guest.decide(n, &args) == Action::Allow {
+                    assert_eq!(user.decide(n, &args), Action::Allow, "nr {n} args {args:x?}");
+                }
+            }
+        }
+        let (fcntl, ioctl) = (nr("fcntl"), nr("ioctl"));
+        for cmd in [libc::F_SETOWN as u64, F_SETOWN_EX, F_SETSIG] {
+            assert_eq!(guest.decide(fcntl, &with(&[(1, cmd)])), EPERM, "fcntl {cmd}");
+            assert_eq!(guest.decide(fcntl, &with(&[(1, cmd | 1 << 32)])), EPERM, "fcntl {cmd} high bits");
+            assert_eq!(user.decide(fcntl, &with(&[(1, cmd)])), Action::Allow, "the jail keeps fcntl {cmd}");
+        }
+        for cmd in [libc::F_GETFL, libc::F_SETFL, libc::F_SETLK, libc::F_DUPFD_CLOEXEC, libc::F_GETOWN] {
+            assert_eq!(guest.decide(fcntl, &with(&[(1, cmd as u64)])), Action::Allow, "fcntl {cmd}");
+        }
+        for req in [FIOSETOWN, SIOCSPGRP, libc::TIOCSTI as u64] {
+            assert_eq!(guest.decide(ioctl, &with(&[(1, req)])), EPERM, "ioctl {req:#x}");
+        }
+        for req in [libc::TIOCGWINSZ as u64, libc::FIONREAD as u64, libc::FIONBIO as u64] {
+            assert_eq!(guest.decide(ioctl, &with(&[(1, req)])), Action::Allow, "ioctl {req:#x}");
+        }
+        assert!(
+            Policy::parse_guest(POLICY_JSON, &GUEST_POLICY_JSON.replace("\"fcntl\"", "\"mount\"")).is_err(),
+            "narrowing a syscall the base does not allow is refused"
+        );
     }
 
     #[test]

@@ -124,6 +124,74 @@ pub fn setresgid(gid: u32) -> io::Result<()> {
     check_long(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
 }
 
+/// setresuid(2) with the three ids given apart.
+pub fn setresuid3(real: u32, effective: u32, saved: u32) -> io::Result<()> {
+    // SAFETY: integer-only syscall changing this process's credentials, as intended.
+    check_long(unsafe { libc::syscall(libc::SYS_setresuid, real, effective, saved) }).map(drop)
+}
+
+/// setfsuid(2); checked by asking again (the call reports the old id, never an error).
+pub fn setfsuid(uid: u32) -> io::Result<()> {
+    // SAFETY: integer-only syscalls changing this thread's filesystem uid, as intended.
+    let now = unsafe {
+        libc::setfsuid(uid);
+        libc::setfsuid(u32::MAX)
+    };
+    match now as u32 == uid {
+        true => Ok(()),
+        false => Err(io::Error::from_raw_os_error(libc::EPERM)),
+    }
+}
+
+/// Makes the effective capability set the permitted one (after a uid change that cleared it
+/// with `PR_SET_KEEPCAPS` set).
+pub fn raise_effective_caps() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header { version: 0x2008_0522, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: header and two data structs laid out as the kernel's v3 capget ABI expects,
+    // alive across the call.
+    check_long(unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) })?;
+    for d in &mut data {
+        d.effective = d.permitted;
+    }
+    // SAFETY: as above, for capset.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) }).map(drop)
+}
+
+/// Drops every capability (bounding set, then effective, permitted and inheritable) and sets
+/// `no_new_privs`: the process keeps its uid and nothing else.
+pub fn drop_all_caps() -> io::Result<()> {
+    for cap in 0..=63 {
+        // SAFETY: integer-only prctl; EINVAL past the last capability ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            break;
+        }
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    let hdr = Header { version: 0x2008_0522, pid: 0 };
+    let data = [0u32; 6];
+    // SAFETY: a v3 capset header and two zeroed data structs (three u32 each), alive across
+    // the call.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) })?;
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map(drop)
+}
+
 pub fn setgroups_empty() -> io::Result<()> {
     // SAFETY: a zero-length list with a null pointer is valid for setgroups(2).
     check_long(unsafe { libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) }).map(drop)
@@ -216,10 +284,19 @@ pub fn move_mount_to(tree: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
 }
 
 /// close_range(2): closes every fd in `first..=last`.
+/// gVisor's (2022) reads `last` as a signed int and refuses `u32::MAX` with EINVAL: there the
+/// highest fd number it can hold stands in for it.
 pub fn close_range(first: u32, last: u32) -> io::Result<()> {
     // SAFETY: closing fds in the range; the caller guarantees nothing it still uses lives
     // there (Rust-owned fds in it must have been given up with into_raw_fd beforehand).
-    check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop)
+    let r = check_long(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(drop);
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && last == u32::MAX => {
+            // SAFETY: as above, over a smaller range.
+            check_long(unsafe { libc::syscall(libc::SYS_close_range, first, i32::MAX as u32, 0u32) }).map(drop)
+        }
+        r => r,
+    }
 }
 
 /// dup2(2): makes `fd` also available as `target` (without CLOEXEC).

@@ -55,6 +55,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         seccomp(),
         landlock(),
         nftables(),
+        gvisor(),
         volumes(),
         template(&a.data_dir),
         disk(&a.data_dir),
@@ -235,6 +236,17 @@ fn landlock() -> Check {
             format!("Landlock LSM not active (active: {})", lsms.trim()),
             "optional today; boot with lsm=…,landlock to enable it",
         )
+    }
+}
+
+/// The gVisor tier (`isolation: "gvisor"`) is optional: without runsc those creates answer 503.
+fn gvisor() -> Check {
+    match glovebox_daemon::backend::gvisor::Runsc::detect() {
+        Ok(r) => ok(format!("gVisor tier: {} (platform {})", r.path.display(), r.platform)),
+        Err(why) => warn(
+            format!("gVisor tier unavailable: {why}"),
+            "optional: `apt-get install runsc` for sandboxes created with isolation gvisor",
+        ),
     }
 }
 

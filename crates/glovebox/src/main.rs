@@ -248,6 +248,10 @@ enum SandboxCmd {
         /// Start from a snapshot of yours (its files are there at once; its template is used).
         #[arg(long)]
         snapshot: Option<String>,
+        /// Which kernel its processes run on: process (the jail) or gvisor (default: the
+        /// template's, else process).
+        #[arg(long)]
+        isolation: Option<String>,
     },
     /// Replace a sandbox's network policy (live; connections it no longer allows are reset).
     Network {
@@ -494,6 +498,13 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
         .collect()
 }
 
+/// `--isolation`: `process` or `gvisor`.
+pub(crate) fn parse_isolation(s: Option<&str>) -> Result<Option<api::Isolation>> {
+    s.map(|s| serde_json::from_value(serde_json::Value::String(s.to_string())))
+        .transpose()
+        .map_err(|_| anyhow::anyhow!("--isolation must be process or gvisor"))
+}
+
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
     let client = remote()?;
     match c {
@@ -508,6 +519,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
             metadata,
             volumes,
             snapshot,
+            isolation,
         } => {
             let on_idle = on_idle
                 .map(|o| serde_json::from_value(serde_json::Value::String(o)))
@@ -525,6 +537,7 @@ async fn sandbox(c: SandboxCmd) -> Result<i32> {
                 volumes: volumes.iter().map(|v| volume::parse_mount(v)).collect::<Result<_>>()?,
                 auto_resume: None,
                 snapshot,
+                isolation: parse_isolation(isolation.as_deref())?,
             };
             let sb = client.create(&req).await?;
             println!("{}", sb.id);

@@ -42,6 +42,9 @@ pub struct RunArgs {
     /// Template to start from (`base`, `code-interpreter`, …).
     #[arg(long)]
     template: Option<String>,
+    /// Which kernel the command runs on: process (the jail) or gvisor.
+    #[arg(long)]
+    isolation: Option<String>,
     /// Run this code in a code-interpreter context instead of a command (`-` reads stdin).
     #[arg(long, conflicts_with = "cmd")]
     code: Option<String>,
@@ -89,6 +92,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         volumes: Vec::new(),
         auto_resume: None,
         snapshot: None,
+        isolation: crate::parse_isolation(a.isolation.as_deref())?,
     };
     let result = async {
         let sb = client.create(&req).await?;

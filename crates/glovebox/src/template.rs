@@ -41,6 +41,9 @@ pub enum TemplateCmd {
         /// Rebuild every step.
         #[arg(long)]
         no_cache: bool,
+        /// Default isolation of its sandboxes: process or gvisor.
+        #[arg(long)]
+        isolation: Option<String>,
         /// A value for an ARG of the spec.
         #[arg(long = "build-arg", value_name = "K=V")]
         build_args: Vec<String>,
@@ -83,7 +86,7 @@ async fn connect() -> Result<(Client, Option<Embedded>)> {
 
 async fn command(client: &Client, c: TemplateCmd) -> Result<i32> {
     match c {
-        TemplateCmd::Build { file, name, cpus, memory, disk, no_cache, build_args, context } => {
+        TemplateCmd::Build { file, name, cpus, memory, disk, no_cache, build_args, context, isolation } => {
             let dockerfile = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
             let context_tar_base64 = match &context {
                 Some(dir) => Some(base64::engine::general_purpose::STANDARD.encode(tar_dir(dir)?)),
@@ -101,6 +104,7 @@ async fn command(client: &Client, c: TemplateCmd) -> Result<i32> {
                     pids: None,
                 },
                 context_tar_base64,
+                isolation: crate::parse_isolation(isolation.as_deref())?,
             };
             build(client, &req).await
         }

@@ -320,6 +320,10 @@ impl Exec {
         {
             return Err(SpawnError::Reply(ErrorCode::InvalidArgument, "nul byte or bad name in command or env".into()));
         }
+        // A guest's PID 1 runs with this real uid so commands cannot signal it: none may have it.
+        if spec.uid == Some(glovebox_jail::guest::AGENT_UID) || spec.gid == Some(glovebox_jail::guest::AGENT_UID) {
+            return Err(SpawnError::Reply(ErrorCode::InvalidArgument, "that uid is reserved for the agent".into()));
+        }
         self.evict();
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.0.home.clone());
         let uid = spec.uid.unwrap_or(0);

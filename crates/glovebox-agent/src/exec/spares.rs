@@ -172,6 +172,19 @@ impl Exec {
                 }
             }
             match z.as_ref().map(|zg| zg.fork()) {
+                Some(Ok(f)) if !parent_is_honoured(f.pid) => {
+                    // A kernel that ignores CLONE_PARENT (gVisor's) makes the spare the
+                    // zygote's child: its exit would never reach this reaper. No zygote then:
+                    // the agent forks its spares itself from here on.
+                    eprintln!("agent: the kernel ignores CLONE_PARENT; spares are forked by the agent");
+                    self.0.zygote_starts.store(Self::MAX_ZYGOTES, Ordering::Relaxed);
+                    for pid in [f.pid, z.take().map(|zg| zg.pid).unwrap_or(0)] {
+                        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                        }
+                    }
+                    return None;
+                }
                 Some(Ok(f)) => return Some(f),
                 Some(Err(e)) => {
                     eprintln!("agent: zygote: {e}; starting another");
@@ -227,5 +240,30 @@ impl Exec {
                 r.waiting.insert(pid, tx);
             }
         }
+    }
+}
+
+/// Whether the spare `pid` a zygote forked with `CLONE_PARENT` is the agent's child, as it
+/// must be for its exit to reach the agent's reaper. Checked on the first spare only (the
+/// kernel does not change its mind): later ones cost nothing.
+fn parent_is_honoured(pid: i32) -> bool {
+    use std::sync::atomic::AtomicU8;
+    static KNOWN: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 honoured, 2 ignored
+    match KNOWN.load(Ordering::Relaxed) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces and parentheses).
+    let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+    match ppid {
+        Some(p) => {
+            let honoured = p == std::process::id();
+            KNOWN.store(if honoured { 1 } else { 2 }, Ordering::Relaxed);
+            honoured
+        }
+        // Gone already (a command killed it): ask again at the next spare.
+        None => true,
     }
 }

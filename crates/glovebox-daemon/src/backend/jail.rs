@@ -61,6 +61,10 @@ pub struct Jail {
     /// Where disk-backed sandboxes' images are made (on the data dir's disk; each is
     /// unlinked once its sandbox has it mounted, so it lives exactly as long as the sandbox).
     disks: std::result::Result<PathBuf, String>,
+    /// The agent binary (bound into gVisor sandboxes as their PID 1).
+    agent_exe: PathBuf,
+    /// The gVisor tier's runtime, or why there is none on this host.
+    gvisor: std::result::Result<super::gvisor::Runsc, String>,
 }
 
 /// The cgroup limits for a sandbox's limits.
@@ -132,6 +136,8 @@ impl Jail {
             },
             netns: Arc::new(NetnsPool::new(work)),
             disks: Err("no directory for disk images was given".into()),
+            agent_exe: agent_exe.to_path_buf(),
+            gvisor: super::gvisor::Runsc::detect(),
         })
     }
 
@@ -185,6 +191,9 @@ impl Backend for Jail {
     /// boot runs at the lowest CPU weight until it is handed out, so that refilling the pool
     /// (a boot, a python kernel's imports) yields to requests.
     fn boot(&self, spec: &Spec) -> Result<Box<dyn Instance>> {
+        if spec.isolation == glovebox_proto::api::Isolation::Gvisor {
+            return self.boot_gvisor(spec);
+        }
         let cl = cgroup_limits(&spec.limits);
         // A request's boot takes what was made ahead (a shell linked ahead when its policy
         // needs a link and one is ready); the pool's refills make their own.
@@ -270,6 +279,9 @@ impl Backend for Jail {
     /// Checks, in order: PID 1 is the very process recorded (pid and start time, through a
     /// pidfd), its cgroup exists, its agent socket accepts, its uid slot can be re-taken.
     fn reopen(&self, rec: &Recorded<'_>) -> std::result::Result<Box<dyn Instance>, String> {
+        if fs::read_to_string(rec.dir.join(super::gvisor::TIER_FILE)).is_ok_and(|t| t == super::gvisor::TIER) {
+            return self.reopen_gvisor(rec);
+        }
         let pid = rustix::process::Pid::from_raw(rec.pid).ok_or("no PID 1 recorded")?;
         let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
             .map_err(|_| "PID 1 is not running".to_string())?;
@@ -388,6 +400,137 @@ impl Backend for Jail {
 }
 
 impl Jail {
+    /// Boots a gVisor sandbox (see `backend::gvisor`): always in a namespace linked ahead,
+    /// its cgroups capped for the sentry as well, its root built like a jailed one's.
+    fn boot_gvisor(&self, spec: &Spec) -> Result<Box<dyn Instance>> {
+        let runsc = self.gvisor.as_ref().map_err(|why| Error::Unavailable(format!("isolation gvisor: {why}")))?;
+        if spec.upper.is_some() {
+            return Err(Error::Invalid("template builds run in the process jail".into()));
+        }
+        let cl = super::gvisor::gvisor_cgroup_limits(&spec.limits);
+        let Linked { shell, netns } = match self.host.linked.take() {
+            Some(l) => l,
+            None => self.host.make_linked()?,
+        };
+        refill_linked(&self.host);
+        let fail = |shell: Shell, e: Error| {
+            let _ = shell.cgroup.kill_all();
+            self.unlink(&shell, true);
+            shell.discard();
+            Err(e)
+        };
+        let shell = match shell.cgroup.set_limits(&cl) {
+            Ok(()) => Shell { limits: cl, ..shell },
+            Err(e) => return fail(shell, Error::Start(format!("cgroup: {e}"))),
+        };
+        let skel = spec.root_skel.as_ref().unwrap_or(&self.skel);
+        let marked = fs::write(shell.dir.join("skel"), skel.as_os_str().as_encoded_bytes())
+            .and_then(|()| fs::write(shell.dir.join(super::gvisor::TIER_FILE), super::gvisor::TIER));
+        if let Err(e) = marked {
+            return fail(shell, Error::Internal(format!("sandbox dir: {e}")));
+        }
+        let mut jc = self.config(spec, &shell, Some(&netns), true);
+        // The guest's ids are its own: nothing is shifted, no uid range is mapped, and the
+        // host cgroup holds the whole guest (commands are killed by process group inside).
+        jc.uid_base = 0;
+        jc.uid_count = 0;
+        jc.command_cgroup = None;
+        jc.seccomp = None;
+        jc.agent_seccomp = None;
+        let image = match (in_memory(&spec.limits), &self.disks) {
+            (true, _) => Ok(None),
+            (false, Ok(dir)) => make_disk_image(dir, &shell.id, spec.limits.disk_mb).map(Some),
+            (false, Err(why)) => Err(Error::Unavailable(format!(
+                "resources.disk_mb {} does not fit in memory, and disk-backed sandboxes are unavailable on this \
+                 daemon ({why})",
+                spec.limits.disk_mb
+            ))),
+        };
+        let gc = glovebox_jail::gvisor::GvisorConfig {
+            jail: jc,
+            dir: shell.dir.clone(),
+            runsc: runsc.path.clone(),
+            platform: runsc.platform.clone(),
+            agent_exe: self.agent_exe.clone(),
+            debug_log: runsc.debug_log.as_ref().map(|d| d.join(&shell.id)),
+        };
+        let socket = gc.socket_path();
+        let launched = image.and_then(|img| {
+            let mut gc = gc;
+            gc.jail.disk_image = img;
+            let log =
+                fs::File::create(shell.dir.join("agent.log")).map_err(|e| Error::Internal(format!("agent log: {e}")));
+            let r = log.and_then(|log| {
+                glovebox_jail::gvisor::launch(&self.agent_exe, &gc, log)
+                    .map_err(|e| Error::Start(format!("gvisor: {e}")))
+            });
+            if let Some(img) = &gc.jail.disk_image {
+                if let Err(e) = fs::remove_file(img) {
+                    tracing::warn!(sandbox = %shell.id, "unlink disk image: {e}");
+                }
+            }
+            r
+        });
+        // The sentry joined it (or failed): ours can go.
+        drop(netns);
+        let glovebox_jail::gvisor::Launched { started, helper } = match launched {
+            Ok(l) => l,
+            Err(e) => return fail(shell, e),
+        };
+        let pidfd = super::gvisor::pidfd;
+        let (sentry_fd, gofer_fd, helper_fd) = (pidfd(started.sentry), pidfd(started.gofer), pidfd(helper));
+        // For a restart's re-adoption (the helper is then another daemon's orphan).
+        super::gvisor::record_helper(&shell.dir, helper);
+        let Shell { id, slot, dir, cgroup, .. } = shell;
+        Ok(Box::new(super::gvisor::Gvisored {
+            id,
+            sentry: started.sentry,
+            sentry_fd,
+            gofer_fd,
+            helper_fd,
+            socket,
+            dir,
+            cgroup,
+            slot,
+            ahead: Some(self.host.net.clone()),
+        }))
+    }
+
+    /// Takes over a gVisor sandbox a previous daemon left: its sentry is the very process
+    /// recorded, its cgroup exists, its agent answers, its slot can be re-taken.
+    fn reopen_gvisor(&self, rec: &Recorded<'_>) -> std::result::Result<Box<dyn Instance>, String> {
+        let sentry_fd = super::gvisor::pidfd(rec.pid).ok_or("the sentry is not running")?;
+        if crate::store::proc_start_time(rec.pid) != Some(rec.pid_start) || !pidfd_alive(Some(&sentry_fd)) {
+            return Err("the sentry is not running (its pid belongs to another process)".into());
+        }
+        let gofer_fd = super::gvisor::recorded_pids(rec.dir, rec.id)
+            .filter(|(s, _)| *s == rec.pid)
+            .and_then(|(_, g)| super::gvisor::pidfd(g));
+        let cgroup = match self.host.cgroups.open(rec.id) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err("its cgroup is gone".into()),
+            Err(e) => return Err(format!("cgroup: {e}")),
+        };
+        let socket = rec.dir.join("agent").join(glovebox_jail::guest::SOCKET_NAME);
+        std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("agent socket: {e}"))?;
+        let slot = match self.host.slots.adopt(rec.slot, rec.id) {
+            Ok(Some(s)) => s,
+            _ => return Err(format!("uid slot {} could not be re-taken", rec.slot)),
+        };
+        Ok(Box::new(super::gvisor::Gvisored {
+            id: rec.id.to_string(),
+            sentry: rec.pid,
+            sentry_fd: Some(sentry_fd),
+            gofer_fd,
+            helper_fd: super::gvisor::recorded_helper(rec.dir),
+            socket,
+            dir: rec.dir.to_path_buf(),
+            cgroup,
+            slot,
+            ahead: None,
+        }))
+    }
+
     /// Removes the hold of a shell linked ahead that no sandbox will use (its namespace
     /// goes with the caller's descriptor).
     fn unlink(&self, shell: &Shell, ahead: bool) {

@@ -9,6 +9,7 @@
 //! - An [`Instance`] dropped without [`Instance::kill`] and [`Instance::release`] leaves the
 //!   sandbox running (a restart re-adopts it); only its host-wide claim on its slot goes.
 
+pub mod gvisor;
 pub mod jail;
 mod jailed;
 pub(crate) mod made_ahead;
@@ -41,6 +42,8 @@ pub struct Spec {
     pub link: bool,
     /// Volumes bound into its root (host mounts the manager holds for it).
     pub volumes: Vec<glovebox_jail::config::Volume>,
+    /// Which kernel its processes run on.
+    pub isolation: glovebox_proto::api::Isolation,
 }
 
 /// One running sandbox as its backend holds it.

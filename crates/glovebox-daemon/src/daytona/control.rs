@@ -284,6 +284,7 @@ async fn create(State(st): State<Daytona>, h: HeaderMap, b: Bytes) -> Result<Res
             .collect(),
         auto_resume: None,
         snapshot: None,
+        isolation: None,
     };
     crate::builds::ensure_shipped(&st.app.manager, &template)?;
     let sb = st.app.manager.create_for(&caller.tenant, create).await?;

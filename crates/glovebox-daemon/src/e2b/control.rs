@@ -253,6 +253,7 @@ async fn create(State(st): State<E2b>, h: HeaderMap, b: Bytes) -> Result<Respons
         // explicit `connect` always does.
         auto_resume: Some(req.auto_resume.is_some_and(|a| a.enabled)),
         snapshot: snapshot.clone(),
+        isolation: None,
     };
     if snapshot.is_none() {
         crate::builds::ensure_shipped(&st.app.manager, template_name(&req.template_id)).map_err(cp_error)?;

@@ -94,7 +94,11 @@ impl Manager {
             dir,
         })?;
         let policy = glovebox_proto::policy::parse(&rec.config.network).map_err(|e| format!("network policy: {e}"))?;
-        if policy.needs_link() {
+        if rec.config.isolation == Some(glovebox_proto::api::Isolation::Gvisor) {
+            // gVisor's netstack took the link over at start and would not see a new one: it is
+            // held shut by this daemon's table instead (deny-all too), until its rules are back.
+            self.net.hold_stale(rec.slot).map_err(|e| format!("hold the link: {e}"))?;
+        } else if policy.needs_link() {
             // The old link's firewall table dies with the old daemon: cut the link now (the
             // sandbox is offline until it is rebuilt, never unfiltered).
             crate::net::cut_stale_link(rec.slot);
@@ -118,6 +122,7 @@ impl Manager {
             volumes: (!rec.config.volumes.is_empty()).then(|| self.volumes.adopt(&tenant, &rec.config.volumes)),
             tenant: tenant.clone(),
             auto_resume: rec.config.auto_resume.unwrap_or(true),
+            isolation: rec.config.isolation.unwrap_or_default(),
         };
         let run = Running {
             host,
@@ -161,7 +166,8 @@ impl Manager {
                     .await;
                 return;
             }
-            if let Some(policy) = policy.filter(|p| p.needs_link()) {
+            let gvisor = sb.isolation == glovebox_proto::api::Isolation::Gvisor;
+            if let Some(policy) = policy.filter(|p| p.needs_link() || gvisor) {
                 // A brokering policy gets a new CA (the old one's key lived in the old daemon).
                 let linked = match this.prepare(&sb, &policy).await {
                     Ok(()) => this.link(&sb, &policy).await,

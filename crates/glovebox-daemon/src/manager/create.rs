@@ -135,6 +135,7 @@ impl Manager {
             crate::templates::apply_defaults(d, &mut req);
         }
         let limits = self.limits_for(&req.resources)?;
+        let isolation = req.isolation.unwrap_or_default();
         let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
         crate::egress::Egress::check_secrets(&self.secrets, tenant, &policy).map_err(Error::Invalid)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);
@@ -166,7 +167,8 @@ impl Manager {
             }
         };
         let binds = volumes.as_ref().map(|v| v.jail.clone()).unwrap_or_default();
-        let warm = if upper.is_none() && volumes.is_none() && origin.is_none() {
+        // Warm sandboxes are jailed ones: a gVisor sandbox is booted for its request.
+        let warm = if upper.is_none() && volumes.is_none() && origin.is_none() && isolation == api::Isolation::Process {
             self.take_warm(&tpl.pool_key(), &limits)
         } else {
             None
@@ -177,7 +179,8 @@ impl Manager {
         let (booted, warm, attached) = match warm {
             Some(b) => (b, true, false),
             None => {
-                let (b, attached) = self.boot_for_request(&limits, &tpl, upper, link, binds).await?;
+                let wants = Wants { link, volumes: binds, isolation };
+                let (b, attached) = self.boot_for_request(&limits, &tpl, upper, wants).await?;
                 (b, false, attached)
             }
         };
@@ -200,6 +203,7 @@ impl Manager {
             volumes,
             auto_resume: req.auto_resume.unwrap_or(true),
             origin,
+            isolation,
         };
         let run = Running {
             pid_start: crate::store::proc_start_time(booted.host.pid()).unwrap_or(0),
@@ -222,7 +226,11 @@ impl Manager {
         }
         self.watch(sb.clone());
         let link_started = Instant::now();
-        if policy.needs_link() {
+        // A gVisor sandbox is linked even when deny-all: its link exists from boot (runsc's
+        // netstack takes it over), and with the deny-all rules on it every attempt is refused
+        // at once (a reset, an unreachable) and lands in the egress audit, where the link held
+        // shut would drop it silently.
+        if policy.needs_link() || isolation == api::Isolation::Gvisor {
             let r = match self.prepare(&sb, &policy).await {
                 Ok(()) if attached => self.linked(&sb),
                 Ok(()) => self.link(&sb, &policy).await,
@@ -265,10 +273,15 @@ impl Manager {
         limits: &Limits,
         tpl: &Template,
         upper: Option<PathBuf>,
-        link: Option<(Policy, Arc<crate::egress::Egress>)>,
-        volumes: Vec<glovebox_jail::config::Volume>,
+        w: Wants,
     ) -> Result<(Booted, bool)> {
-        let spec = crate::backend::Spec { link: link.is_some(), volumes, ..self.spec(limits, tpl, upper, false) };
+        let spec = crate::backend::Spec {
+            link: w.link.is_some(),
+            volumes: w.volumes,
+            isolation: w.isolation,
+            ..self.spec(limits, tpl, upper, false)
+        };
+        let link = w.link;
         let (this, t) = (self.clone(), tpl.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
@@ -308,6 +321,14 @@ impl Manager {
             None => Err(Error::NotFound { what: "template", name: name.to_string() }),
         }
     }
+}
+
+/// What a create's boot asks of the backend beyond its template and limits.
+struct Wants {
+    /// The policy and audit of a policy that needs a network link.
+    link: Option<(Policy, Arc<crate::egress::Egress>)>,
+    volumes: Vec<glovebox_jail::config::Volume>,
+    isolation: api::Isolation,
 }
 
 /// A listed sandbox whose create is not answered yet: dropped while `id` is set (the caller

@@ -216,6 +216,7 @@ impl Manager {
             background,
             link: false,
             volumes: Vec::new(),
+            isolation: glovebox_proto::api::Isolation::Process,
         }
     }
 

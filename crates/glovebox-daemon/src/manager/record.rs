@@ -119,6 +119,8 @@ pub struct Settings {
     pub auto_resume: bool,
     /// The snapshot (and fork parent) it started from.
     pub origin: Option<crate::store::Origin>,
+    /// Which kernel its processes run on.
+    pub isolation: api::Isolation,
 }
 
 /// One live sandbox.
@@ -163,6 +165,8 @@ pub struct Sb {
     pub auto_resume: bool,
     /// The snapshot (and fork parent) it started from.
     pub origin: Option<crate::store::Origin>,
+    /// Which kernel its processes run on.
+    pub isolation: api::Isolation,
 }
 
 /// The running parts a record is made around.
@@ -204,6 +208,7 @@ impl Sb {
             volumes: Mutex::new(s.volumes),
             auto_resume: s.auto_resume,
             origin: s.origin,
+            isolation: s.isolation,
         }
     }
 
@@ -262,6 +267,7 @@ impl Sb {
             snapshot: self.origin.as_ref().map(|o| o.snapshot.clone()),
             parent_id: self.origin.as_ref().and_then(|o| o.parent_id.clone()),
             ancestors: self.origin.as_ref().map(|o| o.ancestors.clone()).unwrap_or_default(),
+            isolation: self.isolation,
         }
     }
 
@@ -281,6 +287,7 @@ impl Sb {
             volumes: self.volume_mounts(),
             auto_resume: (!self.auto_resume).then_some(false),
             origin: self.origin.clone(),
+            isolation: (self.isolation != api::Isolation::Process).then_some(self.isolation),
         }
     }
 

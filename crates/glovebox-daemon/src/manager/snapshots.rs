@@ -146,6 +146,13 @@ impl Manager {
         if sb.template == crate::templates::BUILD_SANDBOX {
             return Err(Error::Invalid("a template build's sandbox cannot be snapshotted".into()));
         }
+        if sb.isolation == api::Isolation::Gvisor {
+            return Err(Error::Invalid(
+                "snapshots and forks are not available for isolation gvisor sandboxes (their writable layer \
+                 is the gofer's alone)"
+                    .into(),
+            ));
+        }
         let Some(layer) = sb.host.writable_layer() else {
             return Err(Error::SnapshotFailed("this sandbox's tier does not show its files to the host".into()));
         };
@@ -302,6 +309,7 @@ impl Manager {
             on_idle: Some(sb.on_idle),
             volumes: Vec::new(),
             auto_resume: Some(sb.auto_resume),
+            isolation: Some(sb.isolation),
         };
         let mut ancestors = vec![sb.id.clone()];
         ancestors.extend(sb.origin.as_ref().map(|o| o.ancestors.clone()).unwrap_or_default());
@@ -371,6 +379,7 @@ fn base_meta(name: &str) -> TemplateMeta {
         gid: None,
         resources: Default::default(),
         start_cmd: None,
+        isolation: None,
         preload: None,
         created_at: String::new(),
         size_bytes: 0,

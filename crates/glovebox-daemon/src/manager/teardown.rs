@@ -158,8 +158,10 @@ impl Manager {
         let live = self.registry.drain();
         tracing::info!("leaving {} sandboxes running for the next start", live.len());
         if live.is_empty() {
-            // Nothing for a next start to re-adopt, and maybe no next start.
+            // Nothing for a next start to re-adopt, and maybe no next start: this process's
+            // state goes, and so do earlier daemons' skeletons that adopted sandboxes kept.
             self.release_own_state();
+            self.backend.reap_stale_bases();
         }
         for sb in live {
             std::mem::forget(sb);

@@ -24,6 +24,7 @@ impl Manager {
             user: meta.user.clone(),
             resources: meta.resources.clone(),
             start_cmd: meta.start_cmd.clone(),
+            isolation: meta.isolation,
             sandboxes,
         }
     }

@@ -162,6 +162,15 @@ impl Net {
             .inspect_err(|_| self.cut(slot))
     }
 
+    /// Holds shut a link an earlier daemon made for slot `slot` (its table died with it): this
+    /// daemon's base chains drop everything it sends until [`Net::attach`] gives it rules. For
+    /// a sandbox whose link cannot be made again (gVisor's netstack owns it from its start).
+    pub fn hold_stale(&self, slot: u32) -> Result<()> {
+        self.ensure()?;
+        let dev = ifname(slot);
+        nft::hold(&self.table, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}")))
+    }
+
     /// Gives the sandbox (PID 1 `pid`, uid slot `slot`) its link and applies `policy`; a
     /// sandbox started in a namespace linked ahead (`ahead`) only gets its rules.
     pub fn attach(&self, slot: u32, pid: i32, policy: &Policy, ahead: bool) -> Result<()> {

@@ -157,6 +157,7 @@ mod tests {
                 gid: None,
                 resources: Default::default(),
                 start_cmd: None,
+                isolation: None,
                 preload: None,
                 created_at: "now".into(),
                 size_bytes: 0,

@@ -210,6 +210,7 @@ pub fn apply_defaults(d: &TemplateMeta, req: &mut CreateSandbox) {
     r.memory_mb = r.memory_mb.or(t.memory_mb);
     r.disk_mb = r.disk_mb.or(t.disk_mb);
     r.pids = r.pids.or(t.pids);
+    req.isolation = req.isolation.or(d.isolation);
 }
 
 /// Which files a build may reach in the build context: none outside it (a path with `..`
@@ -239,6 +240,27 @@ pub(crate) fn context_path(ctx: &Path, rel: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_s_isolation_applies_unless_the_request_names_one() {
+        use glovebox_proto::api::Isolation;
+        let meta: TemplateMeta = serde_json::from_value(serde_json::json!({
+            "name": "t", "base": "host", "host_usr": true, "layers": [], "created_at": "now", "isolation": "gvisor"
+        }))
+        .unwrap();
+        let mut req = CreateSandbox::default();
+        apply_defaults(&meta, &mut req);
+        assert_eq!(req.isolation, Some(Isolation::Gvisor));
+        let mut req = CreateSandbox { isolation: Some(Isolation::Process), ..Default::default() };
+        apply_defaults(&meta, &mut req);
+        assert_eq!(req.isolation, Some(Isolation::Process));
+        // A template stored before the field existed has none.
+        let old: TemplateMeta = serde_json::from_value(serde_json::json!({
+            "name": "t", "base": "host", "host_usr": true, "layers": [], "created_at": "now"
+        }))
+        .unwrap();
+        assert_eq!(old.isolation, None);
+    }
 
     #[test]
     fn shipped_specs_parse() {

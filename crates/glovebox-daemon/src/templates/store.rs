@@ -46,6 +46,9 @@ pub struct TemplateMeta {
     pub resources: Resources,
     #[serde(default)]
     pub start_cmd: Option<Vec<String>>,
+    /// The isolation its sandboxes get when their create names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<glovebox_proto::api::Isolation>,
     /// Modules the python kernels of its sandboxes preload.
     #[serde(default)]
     pub preload: Option<String>,
@@ -299,6 +302,7 @@ mod tests {
             gid: None,
             resources: Resources::default(),
             start_cmd: None,
+            isolation: None,
             preload: None,
             created_at: "now".into(),
             size_bytes: 5,

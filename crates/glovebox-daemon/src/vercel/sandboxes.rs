@@ -345,6 +345,7 @@ pub async fn create(State(st): State<Vercel>, h: HeaderMap, b: Bytes) -> Result<
         volumes: Vec::new(),
         auto_resume: None,
         snapshot: None,
+        isolation: None,
     };
     let m = &st.app.manager;
     crate::builds::ensure_shipped(m, &template)?;

@@ -131,6 +131,10 @@ pub struct BuildTemplate {
     /// Defaults for sandboxes created from the template (requests may override).
     #[serde(default)]
     pub resources: Resources,
+    /// The isolation its sandboxes get when their create names none (its build steps run
+    /// in the process jail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
     /// The build context (what `COPY` reads and `FROM oci-archive:` names): a tar archive,
     /// base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +163,9 @@ pub struct TemplateInfo {
     /// Started in the background in every sandbox created from it (`CMD`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_cmd: Option<Vec<String>>,
+    /// The isolation its sandboxes get when their create names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
     /// Live sandboxes created from it.
     pub sandboxes: usize,
 }

@@ -252,6 +252,10 @@ pub struct CreateSandbox {
     /// The sandbox's template is the snapshot's; `template`, if given, must name it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<String>,
+    /// Which kernel its processes run on: `process` (the jail, the default) or `gvisor`.
+    /// Absent: the template's default, else `process`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
 }
 
 /// `POST /v1/sandboxes/{id}/snapshots`: capture the sandbox's files (its writable layer).
@@ -373,6 +377,30 @@ pub struct VolumeList {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct VolumesSwept {
     pub swept: Vec<String>,
+}
+
+/// Which kernel a sandbox's processes run on (see docs/threat-model.md for what each stops).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// The process jail: the host kernel, behind namespaces, a private uid range, seccomp,
+    /// Landlock and cgroups.
+    #[default]
+    Process,
+    /// gVisor: the processes run on gVisor's sentry (`runsc`), a kernel in user space; the
+    /// host kernel sees only the sentry's own narrow system calls. Slower to start and to
+    /// make system calls; answered `unavailable` where the host has no `runsc`.
+    Gvisor,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Process => "process",
+            Isolation::Gvisor => "gvisor",
+        }
+    }
 }
 
 /// What the idle clock does to an idle sandbox.
@@ -535,6 +563,9 @@ pub struct Sandbox {
     /// Its lineage, parent first, then the parent's parent, and so on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ancestors: Vec<String>,
+    /// Which kernel its processes run on.
+    #[serde(default)]
+    pub isolation: Isolation,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
