@@ -156,6 +156,8 @@ mod tests {
                 || f.starts_with("e2b/")
                 || f.starts_with("vercel/")
                 || f.starts_with("daytona/")
+                || f.starts_with("modal/")
+                || f.starts_with("sandboxd/")
                 || f == "server.rs"
         };
         let mut wrong = Vec::new();
@@ -163,8 +165,16 @@ mod tests {
             // Test modules at the end of a file do not count.
             let code = text.split("#[cfg(test)]").next().unwrap_or_default();
             if !front_end(file) {
-                for used in ["crate::http", "crate::e2b", "crate::vercel", "crate::daytona", "crate::server", "axum::"]
-                {
+                for used in [
+                    "crate::http",
+                    "crate::e2b",
+                    "crate::vercel",
+                    "crate::daytona",
+                    "crate::modal",
+                    "crate::sandboxd",
+                    "crate::server",
+                    "axum::",
+                ] {
                     if code.contains(used) {
                         wrong.push(format!("{file} uses {used}"));
                     }

@@ -305,6 +305,7 @@ pub async fn get_or_create(
         build_args: spec.build_args.clone(),
         no_cache: force,
         resources: Default::default(),
+        isolation: None,
         context_tar_base64: context_tar(&spec.context)?,
     })
     .map_err(|f| unsupported(&format!("this image ({})", f.message)))?;
