@@ -51,9 +51,15 @@ pub enum Health {
     Unknown,
     Up,
     /// Silent since `since` (for `why`), for less than the grace period.
-    Suspect { since: Instant, why: String },
+    Suspect {
+        since: Instant,
+        why: String,
+    },
     /// Silent for the grace period or longer.
-    Lost { since: Instant, why: String },
+    Lost {
+        since: Instant,
+        why: String,
+    },
 }
 
 /// A change worth a pass over every claim.
@@ -83,7 +89,9 @@ pub enum NodeStanding {
     Up,
     /// Silent for less than the grace period: wait.
     Suspect,
-    Lost { why: String },
+    Lost {
+        why: String,
+    },
     /// Not a node the controller knows (never seen, or removed from the cluster).
     Unknown,
 }
@@ -276,7 +284,7 @@ impl ClusterView {
         let mut out = Vec::new();
         for n in self.nodes.values().filter(|n| n.health == Health::Up) {
             for s in n.live.values() {
-                let old_enough = s.created_at.map_or(true, |t| now.duration_since(t).is_ok_and(|age| age >= min_age));
+                let old_enough = s.created_at.is_none_or(|t| now.duration_since(t).is_ok_and(|age| age >= min_age));
                 if old_enough && !holds(s.claim_uid.as_deref(), &n.target.name, &s.id) {
                     out.push((n.target.name.clone(), s.id.clone()));
                 }

@@ -86,7 +86,8 @@ impl HttpDaemons {
     /// The body of a success, or the daemon's error.
     async fn body(url: &str, r: reqwest::Response) -> Result<Vec<u8>, DaemonError> {
         let status = r.status().as_u16();
-        let bytes = r.bytes().await.map_err(|e| DaemonError::Unreachable { url: url.to_string(), detail: chain(&e) })?;
+        let bytes =
+            r.bytes().await.map_err(|e| DaemonError::Unreachable { url: url.to_string(), detail: chain(&e) })?;
         if (200..300).contains(&status) {
             return Ok(bytes.to_vec());
         }

@@ -74,7 +74,11 @@ impl<D: DaemonApi> Nodes<D> {
 
     /// Destroys the sandboxes on up nodes that no claim holds (see `reconcile::holds`),
     /// made at least `min_age` ago; returns them as `(node, id)`.
-    pub async fn sweep(&self, holds: impl Fn(Option<&str>, &str, &str) -> bool, min_age: Duration) -> Vec<(String, String)> {
+    pub async fn sweep(
+        &self,
+        holds: impl Fn(Option<&str>, &str, &str) -> bool,
+        min_age: Duration,
+    ) -> Vec<(String, String)> {
         let orphans = self.view().orphans(holds, SystemTime::now(), min_age);
         let mut swept = Vec::new();
         for (node, id) in orphans {

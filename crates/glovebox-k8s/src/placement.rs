@@ -21,8 +21,7 @@ pub struct Candidate {
 /// same value always picks the same node among the same ties).
 pub fn pick(candidates: &[Candidate], spread: u64) -> Option<&str> {
     let best = candidates.iter().map(|c| (c.load, std::cmp::Reverse(c.warm))).min()?;
-    let mut ties: Vec<&Candidate> =
-        candidates.iter().filter(|c| (c.load, std::cmp::Reverse(c.warm)) == best).collect();
+    let mut ties: Vec<&Candidate> = candidates.iter().filter(|c| (c.load, std::cmp::Reverse(c.warm)) == best).collect();
     ties.sort_by(|a, b| a.name.cmp(&b.name));
     let i = (spread % ties.len() as u64) as usize;
     Some(ties[i].name.as_str())
@@ -137,8 +136,7 @@ mod tests {
         let names = ["a", "b", "c"];
         let mut count = [0u32; 3];
         for i in 0..300u64 {
-            let cands: Vec<Candidate> =
-                names.iter().zip(&books).map(|(n, b)| c(n, b.load(), 0)).collect();
+            let cands: Vec<Candidate> = names.iter().zip(&books).map(|(n, b)| c(n, b.load(), 0)).collect();
             let chosen = pick(&cands, spread_key(&format!("uid-{i}"))).unwrap();
             let k = names.iter().position(|n| *n == chosen).unwrap();
             books[k].begin();

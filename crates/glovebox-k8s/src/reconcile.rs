@@ -151,15 +151,30 @@ pub enum Step {
     /// Not the controller's claim (or nothing of its own on it): leave it alone.
     Ignore,
     AddFinalizer,
-    Create { node: String, request: Box<CreateSandbox> },
+    Create {
+        node: String,
+        request: Box<CreateSandbox>,
+    },
     /// Record a sandbox found on `node` for this claim as its own.
-    Adopt { node: String, sandbox: String },
+    Adopt {
+        node: String,
+        sandbox: String,
+    },
     /// A node's listing lacks the claim's sandbox: ask the node.
-    Inspect { node: String, sandbox: String },
-    Destroy { node: String, sandbox: String },
+    Inspect {
+        node: String,
+        sandbox: String,
+    },
+    Destroy {
+        node: String,
+        sandbox: String,
+    },
     RemoveFinalizer,
     /// Write `Ready` (when it differs from what is recorded) and end the pass.
-    Report { report: Report, requeue: Option<Duration> },
+    Report {
+        report: Report,
+        requeue: Option<Duration>,
+    },
     /// Nothing to write; look again after this long.
     Wait(Duration),
 }

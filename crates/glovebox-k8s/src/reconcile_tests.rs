@@ -8,8 +8,11 @@ fn target(name: &str) -> NodeTarget {
     NodeTarget { name: name.into(), url: format!("http://{name}:7171"), address: "10.0.0.1".into(), schedulable: true }
 }
 
-/// Nodes `(name, running, live sandboxes as (id, claim uid))`, all up.
-fn view(nodes: &[(&str, u64, &[(&str, &str)])]) -> ClusterView {
+/// A node: name, running sandboxes, live sandboxes as (id, claim uid).
+type NodeSpec<'a> = (&'a str, u64, &'a [(&'a str, &'a str)]);
+
+/// The nodes, all up.
+fn view(nodes: &[NodeSpec]) -> ClusterView {
     let t = Instant::now();
     let mut v = ClusterView::new(Duration::from_secs(30));
     v.set_targets(nodes.iter().map(|(n, _, _)| target(n)).collect(), t);
@@ -216,7 +219,8 @@ fn create_answers_are_classified() {
             requeue: Some(Duration::from_secs(15)),
         }
     );
-    let down = after_create("a", &Err(DaemonError::Unreachable { url: "u".into(), detail: "connection refused".into() }));
+    let down =
+        after_create("a", &Err(DaemonError::Unreachable { url: "u".into(), detail: "connection refused".into() }));
     assert_eq!(down, Created::NodeDown { why: "connection refused".into() });
     let stopping = after_create("a", &refused(503, Some(ErrorCode::Unavailable), "shutting down"));
     assert!(matches!(stopping, Created::NodeDown { .. }), "a daemon shutting down: place elsewhere");

@@ -124,10 +124,7 @@ pub fn mebibytes(q: &Quantity) -> Option<u64> {
         ("E", 1e18),
     ];
     let s = q.0.trim();
-    let (num, mult) = SUFFIXES
-        .iter()
-        .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
-        .unwrap_or((s, 1.0));
+    let (num, mult) = SUFFIXES.iter().find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m))).unwrap_or((s, 1.0));
     let bytes = num.parse::<f64>().ok()? * mult;
     if !bytes.is_finite() || bytes <= 0.0 {
         return None;
