@@ -25,8 +25,9 @@ struct Args {
     /// The daemon's API port on its pod.
     #[arg(long, default_value_t = 7171)]
     daemon_port: u16,
-    /// Ports of each claim's Service (what the router dials), as name=port, comma separated.
-    #[arg(long, default_value = "http=8080")]
+    /// Ports of each claim's Service, as name=port, comma separated: what the router dials
+    /// (the SDK's server_port, 8888 by default: the python-runtime API of sandboxd).
+    #[arg(long, default_value = "http=8888")]
     router_ports: String,
     /// Seconds between two looks at every node.
     #[arg(long, default_value_t = 5.0)]

@@ -180,7 +180,7 @@ fn config() -> Config {
         daemon_namespace: "glovebox-system".into(),
         daemon_selector: "app.kubernetes.io/name=glovebox".into(),
         daemon_port: 7171,
-        router_ports: vec![("http".into(), 8080)],
+        router_ports: vec![("http".into(), 8888)],
         refresh: Duration::from_secs(5),
         grace: Duration::from_secs(30),
         orphan_age: Duration::from_secs(60),

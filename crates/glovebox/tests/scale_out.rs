@@ -279,28 +279,29 @@ fn judge_kill_run(r: &SimReport, killed: &str, grace: Duration, refresh: Duratio
     let dump = || r.outcomes.iter().map(|o| format!("{o:?}")).collect::<Vec<_>>().join("\n");
     assert!(r.outcomes.iter().all(|o| o.gone), "claims not released:\n{}", dump());
     let lost_after = r.lost_after_kill.unwrap_or_else(|| panic!("{killed} was never declared lost:\n{}", dump()));
-    assert!(lost_after <= grace + refresh * 3 + Duration::from_secs(1), "declared lost {lost_after:?} after the kill");
-    let (mut lost, mut released, mut failed_over, mut others) = (0, 0, 0, 0);
+    // Refused connections are seen at once; the slack is for a loaded CI machine.
+    assert!(lost_after <= grace + refresh * 3 + Duration::from_secs(5), "declared lost {lost_after:?} after the kill");
+    let (mut lost, mut released, mut before, mut failed_over, mut others) = (0, 0, 0, 0, 0);
     for o in &r.outcomes {
-        let touched = o.tried.iter().any(|n| n == killed);
-        if o.on_killed_node {
-            // It held a sandbox on the node when it died.
-            match o.reasons.last().map(String::as_str) {
-                Some(NODE_LOST) => lost += 1,
-                Some(READY) => released += 1,
-                other => panic!("{} on the killed node ended with {other:?}: {o:?}", o.name),
-            }
+        if o.bound.as_deref() == Some(killed) {
             assert!(o.reasons.iter().all(|x| x == READY || x == NODE_LOST), "{o:?}");
             if o.reasons.last().map(String::as_str) == Some(NODE_LOST) {
+                // It held a sandbox on the node when it died, and was told.
                 let m = o.last_message.as_deref().unwrap_or_default();
                 assert!(m.contains(&format!("Glovebox node {killed} stopped answering")), "{m}");
+                lost += 1;
+            } else if o.on_killed_node {
+                // Its agent deleted it while the node was silent; released once it was lost.
+                released += 1;
+            } else {
+                // Done with before the kill.
+                before += 1;
             }
         } else {
-            // Unaffected, or moved: each saw one Ready and nothing else.
+            // Placed elsewhere, at once or after the killed node refused: one Ready, nothing else.
             assert_eq!(o.reasons, [READY], "{} ({:?} tried) saw more than Ready: {o:?}", o.name, o.tried);
             assert!(o.ready_after.is_some());
-            assert_ne!(o.bound.as_deref(), Some(killed), "{o:?}");
-            if touched {
+            if o.tried.iter().any(|n| n == killed) {
                 failed_over += 1;
             } else {
                 others += 1;
@@ -314,9 +315,10 @@ fn judge_kill_run(r: &SimReport, killed: &str, grace: Duration, refresh: Duratio
         "killed": killed,
         "killed_at_s": r.killed_at.map(|d| d.as_secs_f64()),
         "declared_lost_after_ms": ms(Some(lost_after)),
-        "claims_on_killed_node": lost + released,
+        "claims_on_killed_node_at_kill": lost + released,
         "ended_NodeLost": lost,
         "released_after_agent_done": released,
+        "done_on_killed_node_before_kill": before,
         "failed_over_to_other_nodes": failed_over,
         "unaffected_ready": others,
         "swept_after_rejoin": r.swept.iter().filter(|(n, _)| n == killed).count(),

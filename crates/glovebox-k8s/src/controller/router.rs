@@ -113,7 +113,7 @@ mod tests {
             "spec": {"warmPoolRef": {"name": "p"}}
         }))
         .unwrap();
-        let (svc, slice) = objects(&claim, "c1", "10.244.1.7", &[("http".into(), 8080)]);
+        let (svc, slice) = objects(&claim, "c1", "10.244.1.7", &[("http".into(), 8888)]);
         let svc = serde_json::to_value(&svc).unwrap();
         assert_eq!(svc["kind"], "Service", "apply needs apiVersion and kind: {svc}");
         assert_eq!(svc["spec"]["clusterIP"], "None");
@@ -124,7 +124,7 @@ mod tests {
         assert_eq!(slice["metadata"]["labels"]["kubernetes.io/service-name"], "c1");
         assert_eq!(slice["endpoints"][0]["addresses"][0], "10.244.1.7");
         assert_eq!(slice["addressType"], "IPv4");
-        assert_eq!(slice["ports"][0]["port"], 8080);
+        assert_eq!(slice["ports"][0]["port"], 8888);
         let (_, v6) = objects(&claim, "c1", "fd00::7", &[]);
         assert_eq!(v6.address_type, "IPv6");
     }
