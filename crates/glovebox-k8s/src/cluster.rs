@@ -81,6 +81,10 @@ pub struct NodeState {
     pub live: BTreeMap<String, LiveSandbox>,
     /// When the last listing began (wall clock, to compare with a claim's bound-at).
     pub listed_at: Option<SystemTime>,
+    /// Sandboxes this controller made, with when: a listing begun before one was made does
+    /// not show it, and must not make it look gone (a claim whose cached object lags behind
+    /// the controller's own write finds its sandbox here instead of getting a second one).
+    made: Vec<(Instant, LiveSandbox)>,
 }
 
 /// How a claim's node stands, for the reconcile core.
@@ -129,6 +133,7 @@ impl ClusterView {
                         warm: 0,
                         live: BTreeMap::new(),
                         listed_at: None,
+                        made: Vec::new(),
                     };
                     self.nodes.insert(t.name, state);
                 }
@@ -160,6 +165,10 @@ impl ClusterView {
         n.book.scraped(obs.load.running, began);
         n.warm = obs.load.warm;
         n.live = obs.live.into_iter().map(|s| (s.id.clone(), s)).collect();
+        n.made.retain(|(t, _)| *t >= began);
+        for (_, s) in &n.made {
+            n.live.entry(s.id.clone()).or_insert_with(|| s.clone());
+        }
         n.listed_at = Some(began_wall);
         (!was_up && was_lost).then(|| Transition::Up(node.to_string()))
     }
@@ -261,12 +270,14 @@ impl ClusterView {
             n.book.end(created.is_some(), at);
             if let Some(s) = created {
                 n.live.insert(s.id.clone(), s.clone());
+                n.made.push((at, s.clone()));
             }
         }
     }
 
     pub fn removed(&mut self, node: &str, id: &str, at: Instant) {
         if let Some(n) = self.nodes.get_mut(node) {
+            n.made.retain(|(_, s)| s.id != id);
             if n.live.remove(id).is_some() {
                 n.book.removed(at);
             }
@@ -382,6 +393,19 @@ mod tests {
         assert_eq!(v.sandbox_of_claim("u3"), Some(("a".into(), "s3".into())));
         let held = |uid: Option<&str>, _: &str, _: &str| uid == Some("u2");
         assert_eq!(v.orphans(held, later, Duration::ZERO), vec![("a".into(), "s3".into())]);
+    }
+
+    #[test]
+    fn a_listing_begun_before_a_create_does_not_hide_it() {
+        let t = Instant::now();
+        let mut v = view(&["a"], t);
+        let made = LiveSandbox { id: "s9".into(), claim_uid: Some("u9".into()), created_at: None };
+        v.begin_create("a");
+        v.end_create("a", Some(&made), t + Duration::from_millis(10));
+        v.observed("a", obs(0, &[]), t + Duration::from_millis(5), SystemTime::now());
+        assert_eq!(v.sandbox_of_claim("u9"), Some(("a".into(), "s9".into())), "still known");
+        v.observed("a", obs(0, &[]), t + Duration::from_millis(20), SystemTime::now());
+        assert_eq!(v.sandbox_of_claim("u9"), None, "a listing begun after the create is believed");
     }
 
     #[test]
