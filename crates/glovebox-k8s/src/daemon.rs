@@ -80,14 +80,14 @@ impl HttpDaemons {
         rb.bearer_auth(&self.key)
             .send()
             .await
-            .map_err(|e| DaemonError::Unreachable { url: url.to_string(), detail: chain(&e) })
+            .map_err(|e| DaemonError::Unreachable { url: url.to_string(), detail: cause(&e) })
     }
 
     /// The body of a success, or the daemon's error.
     async fn body(url: &str, r: reqwest::Response) -> Result<Vec<u8>, DaemonError> {
         let status = r.status().as_u16();
         let bytes =
-            r.bytes().await.map_err(|e| DaemonError::Unreachable { url: url.to_string(), detail: chain(&e) })?;
+            r.bytes().await.map_err(|e| DaemonError::Unreachable { url: url.to_string(), detail: cause(&e) })?;
         if (200..300).contains(&status) {
             return Ok(bytes.to_vec());
         }
@@ -116,15 +116,21 @@ pub fn refused(url: &str, status: u16, body: &[u8]) -> DaemonError {
     }
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
+/// What went wrong reaching a daemon, short: the innermost cause ("Connection refused (os
+/// error 111)"), after "connect:" or as "timed out" when that is what it was.
+fn cause(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "timed out".to_string();
     }
-    s
+    let mut inner: &dyn std::error::Error = e;
+    while let Some(s) = inner.source() {
+        inner = s;
+    }
+    if e.is_connect() {
+        format!("connect: {inner}")
+    } else {
+        inner.to_string()
+    }
 }
 
 fn decode<T: serde::de::DeserializeOwned>(url: &str, bytes: &[u8]) -> Result<T, DaemonError> {
