@@ -72,7 +72,18 @@ fn the_manifests_validate_against_the_pinned_kubernetes_schemas() {
     let o = validate(&py, &files);
     let out = format!("{}{}", o.stdout_str(), o.stderr_str());
     assert_eq!(o.code(), Some(0), "{out}");
-    for kind in ["namespace/", "serviceaccount/", "role/", "rolebinding/", "configmap/", "service/", "daemonset/"] {
+    for kind in [
+        "namespace/",
+        "serviceaccount/",
+        "role/",
+        "rolebinding/",
+        "clusterrole/",
+        "clusterrolebinding/",
+        "configmap/",
+        "service/",
+        "daemonset/",
+        "deployment/",
+    ] {
         assert!(out.lines().any(|l| l.contains("passed") && l.contains(kind)), "no {kind} passed:\n{out}");
     }
     assert!(!out.contains("WARN") && !out.contains("ERROR"), "{out}");
