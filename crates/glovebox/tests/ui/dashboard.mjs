@@ -130,6 +130,9 @@ try {
   // Open it.
   await page.click(`${rowSel} a`);
   await page.waitForFunction((id) => document.getElementById('sb-id').textContent === id, sandbox);
+  // The facts are filled when the sandbox's first poll answers, after the id is shown.
+  await page.waitForFunction((h) => (document.getElementById('sb-facts').textContent || '').includes(h), hostile,
+    { timeout: 10000 }).catch(() => {});
   check((await text('#sb-facts')).includes(hostile), 'hostile labels are shown as text');
   check(await page.evaluate(() => window.__pwned === undefined && !document.querySelector('main img')),
     'and not as markup');
