@@ -63,7 +63,7 @@ impl Ports {
         if !valid_domain(domain) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("preview domain {domain:?} is not a host name (e.g. localhost, preview.example.com)"),
+                format!("preview domain {domain:?} is not a host name (e.g. localhost, preview.glovebox.test)"),
             ));
         }
         let path = data_dir.join("preview-secret");
@@ -281,10 +281,10 @@ mod tests {
 
     #[test]
     fn preview_domains_are_host_names() {
-        for ok in ["localhost", "preview.example.com", "a-b.c1"] {
+        for ok in ["localhost", "preview.glovebox.test", "a-b.c1"] {
             assert!(valid_domain(ok), "{ok}");
         }
-        for bad in ["", ".", "a..b", "a b", "exa_mple.com", "x:80", "*.example.com"] {
+        for bad in ["", ".", "a..b", "a b", "exa_mple.test", "x:80", "*.glovebox.test"] {
             assert!(!valid_domain(bad), "{bad}");
         }
     }

@@ -168,7 +168,7 @@ fn drop_the_rest(s: &ChildSetup) -> io::Result<()> {
     Ok(())
 }
 
-/// Set once, by a guest's PID 1 ([`crate::guest::init`]), when the kernel under it refuses
+/// Set once, by a guest's PID 1 (`guest::init`), when the kernel under it refuses
 /// `PR_SET_SECUREBITS`; read in forked children (an atomic load is async-signal-safe).
 static NO_SECUREBITS: AtomicBool = AtomicBool::new(false);
 

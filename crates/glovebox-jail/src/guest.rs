@@ -1,5 +1,5 @@
 //! The agent as PID 1 of a guest kernel: gVisor's sentry today (`runsc`, started by
-//! [`crate::gvisor`]), a microVM's kernel later. There the isolation boundary is the guest
+//! the `gvisor` module), a microVM's kernel later. There the isolation boundary is the guest
 //! kernel itself, so nothing here makes namespaces or mounts a root: the runtime already
 //! started this process as the guest's first, in its root. What is left is the part of the
 //! jailer's PID 1 set-up that still applies (rlimits, non-dumpable, fds, environment) and

@@ -480,13 +480,13 @@ mod tests {
         assert_eq!(policy(&net(Some(false), None, None)).unwrap().mode, NetworkMode::AllowAll);
         let p = policy(&net(None, Some("10.0.0.0/8, 192.0.2.7"), None)).unwrap();
         assert_eq!((p.mode, p.allow.len()), (NetworkMode::AllowList, 2));
-        let p = policy(&net(Some(false), None, Some("api.example.com"))).unwrap();
-        assert_eq!(p.allow, vec![AllowRule::from("api.example.com")]);
+        let p = policy(&net(Some(false), None, Some("api.good.test"))).unwrap();
+        assert_eq!(p.allow, vec![AllowRule::from("api.good.test")]);
         let e = policy(&net(Some(true), Some("10.0.0.0/8"), None)).unwrap_err();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.contains("mutually exclusive"));
         assert!(policy(&net(None, Some("10.0.0.0/8"), Some("a.example"))).is_err());
-        assert!(policy(&net(None, Some("example.com"), None)).is_err());
+        assert!(policy(&net(None, Some("good.test"), None)).is_err());
     }
 
     #[test]

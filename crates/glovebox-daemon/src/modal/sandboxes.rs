@@ -471,9 +471,9 @@ mod tests {
         assert_eq!(policy(&def(T::Blocked, &[], &[])).unwrap().mode, NetworkMode::DenyAll);
         let legacy = api::Sandbox { block_network: true, ..Default::default() };
         assert_eq!(policy(&legacy).unwrap().mode, NetworkMode::DenyAll);
-        let list = policy(&def(T::Allowlist, &["10.1.2.0/24"], &["api.example.com"])).unwrap();
+        let list = policy(&def(T::Allowlist, &["198.51.100.0/24"], &["api.good.test"])).unwrap();
         assert_eq!(list.mode, NetworkMode::AllowList);
-        assert_eq!(list.allow, vec![AllowRule::from("10.1.2.0/24"), AllowRule::from("api.example.com")]);
+        assert_eq!(list.allow, vec![AllowRule::from("198.51.100.0/24"), AllowRule::from("api.good.test")]);
         assert_eq!(policy(&def(T::Allowlist, &[], &[])).unwrap().mode, NetworkMode::DenyAll, "an empty list blocks");
         assert!(policy(&def(T::Allowlist, &["not a cidr!"], &[])).is_err());
     }

@@ -519,9 +519,9 @@ mod tests {
         assert_eq!(policy(&json!({"mode": "deny-all"})).unwrap().mode, NetworkMode::DenyAll);
         assert_eq!(policy(&json!({"mode": "allow-all"})).unwrap().mode, NetworkMode::AllowAll);
         assert!(policy(&json!({"mode": "sometimes"})).is_err());
-        let list = policy(&json!({"allow": ["api.good.test", "*.example.com"]})).unwrap();
+        let list = policy(&json!({"allow": ["api.good.test", "*.other.test"]})).unwrap();
         assert_eq!(list.mode, NetworkMode::AllowList);
-        assert_eq!(list.allow, vec![AllowRule::from("api.good.test"), AllowRule::from("*.example.com")]);
+        assert_eq!(list.allow, vec![AllowRule::from("api.good.test"), AllowRule::from("*.other.test")]);
         let brokered =
             policy(&json!({"allow": {"api.good.test": [{"transform": [{"headers": {"Authorization": "Bearer s"}}]}]}}))
                 .unwrap();
