@@ -217,6 +217,7 @@ impl Manager {
             link: false,
             volumes: Vec::new(),
             isolation: glovebox_proto::api::Isolation::Process,
+            attach: None,
         }
     }
 

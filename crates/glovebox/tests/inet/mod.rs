@@ -27,6 +27,22 @@ pub struct Internet {
     pub cert: std::path::PathBuf,
     servers: Vec<Child>,
     _dir: tempfile::TempDir,
+    /// Held while this internet exists: its addresses and the metadata route are host-wide,
+    /// so test binaries run side by side (not CI's way, a developer's) take turns.
+    _turn: std::fs::File,
+}
+
+/// Waits for this host's test internet to be free (an exclusive `flock`, released when the
+/// file is closed, also when a test process dies).
+fn take_turn() -> std::fs::File {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/run/glovebox-test-inet.lock")
+        .expect("open /run/glovebox-test-inet.lock");
+    f.lock().expect("flock /run/glovebox-test-inet.lock");
+    f
 }
 
 pub fn sh(args: &[&str]) -> bool {
@@ -35,6 +51,7 @@ pub fn sh(args: &[&str]) -> bool {
 
 impl Internet {
     pub fn start() -> Internet {
+        let turn = take_turn();
         let tag = rand_token(6);
         let dir = crate::common::tempdir("gbtest-inet-");
         let mut me = Internet {
@@ -45,6 +62,7 @@ impl Internet {
             cert: dir.path().join("cert.pem"),
             servers: Vec::new(),
             _dir: dir,
+            _turn: turn,
         };
         let (ns, veth) = (me.ns.clone(), me.veth.clone());
         let peer = format!("{veth}p");
