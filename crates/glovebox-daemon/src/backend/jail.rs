@@ -19,7 +19,7 @@ use glovebox_proto::api::Limits;
 
 use super::jailed::{pidfd_alive, Jailed};
 use super::made_ahead::{between_requests, quiet_moment, Linked, LinkedShells, NetnsPool, Shell, Shells, LINK_LOW};
-use super::{Attaching, Backend, Instance, Orphan, Recorded, Spec};
+use super::{Backend, Instance, Orphan, Recorded, Spec};
 use crate::error::{Error, Result};
 use crate::idle::Activity;
 use crate::net::Net;
@@ -237,8 +237,6 @@ impl Backend for Jail {
         }
         let netns = netns.or_else(|| self.netns.take());
         let mut jc = self.config(spec, &shell, netns.as_ref(), ahead);
-        // The policy's commit runs beside the jail's start (its link is made already).
-        let attaching = if ahead { Attaching::start(spec, shell.slot.index) } else { Attaching::none() };
         let image = match (in_memory(&spec.limits) || spec.upper.is_some(), &self.disks) {
             (true, _) => Ok(None),
             (false, Ok(dir)) => make_disk_image(dir, &shell.id, spec.limits.disk_mb).map(Some),
@@ -262,7 +260,6 @@ impl Backend for Jail {
                 tracing::warn!(sandbox = %shell.id, "unlink disk image: {e}");
             }
         }
-        let attached = attaching.finish();
         let pid = match launched {
             Ok(p) => p,
             Err(e) => {
@@ -276,10 +273,7 @@ impl Backend for Jail {
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
         let Shell { id, slot, dir, cgroup, .. } = shell;
         let ahead = ahead.then(|| self.host.net.clone());
-        super::with_policy(
-            Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead }),
-            attached,
-        )
+        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead }))
     }
 
     /// Checks, in order: PID 1 is the very process recorded (pid and start time, through a
@@ -461,7 +455,6 @@ impl Jail {
             debug_log: runsc.debug_log.as_ref().map(|d| d.join(&shell.id)),
         };
         let socket = gc.socket_path();
-        let attaching = Attaching::start(spec, shell.slot.index);
         let launched = image.and_then(|img| {
             let mut gc = gc;
             gc.jail.disk_image = img;
@@ -480,7 +473,6 @@ impl Jail {
         });
         // The sentry joined it (or failed): ours can go.
         drop(netns);
-        let attached = attaching.finish();
         let glovebox_jail::gvisor::Launched { started, helper } = match launched {
             Ok(l) => l,
             Err(e) => return fail(shell, e),
@@ -490,7 +482,7 @@ impl Jail {
         // For a restart's re-adoption (the helper is then another daemon's orphan).
         super::gvisor::record_helper(&shell.dir, helper);
         let Shell { id, slot, dir, cgroup, .. } = shell;
-        let inst = Box::new(super::gvisor::Gvisored {
+        Ok(Box::new(super::gvisor::Gvisored {
             id,
             sentry: started.sentry,
             sentry_fd,
@@ -501,8 +493,7 @@ impl Jail {
             cgroup,
             slot,
             ahead: Some(self.host.net.clone()),
-        });
-        super::with_policy(inst, attached)
+        }))
     }
 
     /// Takes over a gVisor sandbox a previous daemon left: its sentry is the very process

@@ -44,67 +44,6 @@ pub struct Spec {
     pub volumes: Vec<glovebox_jail::config::Volume>,
     /// Which kernel its processes run on.
     pub isolation: glovebox_proto::api::Isolation,
-    /// Its policy's rules, for a namespace linked ahead: a backend that boots the sandbox in
-    /// one runs this with the slot while the sandbox boots, and reports the boot only after
-    /// it succeeded (the rules are in force before any command runs).
-    pub attach: Option<Attach>,
-}
-
-/// Attaches a sandbox's network policy to the link its slot was given ahead (one nf_tables
-/// commit). Blocking.
-#[derive(Clone)]
-pub struct Attach(pub std::sync::Arc<dyn Fn(u32) -> Result<()> + Send + Sync>);
-
-impl std::fmt::Debug for Attach {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Attach")
-    }
-}
-
-/// A booted sandbox whose attach ended with `attached`: handed on, or (the policy not in
-/// force) killed and released, and the attach's error returned.
-pub(crate) fn with_policy(inst: Box<dyn Instance>, attached: Result<()>) -> Result<Box<dyn Instance>> {
-    match attached {
-        Ok(()) => Ok(inst),
-        Err(e) => {
-            let gone = inst.kill();
-            if let Err(r) = inst.release(gone) {
-                tracing::error!(sandbox = %inst.id(), "teardown after a failed network attach: {r}");
-            }
-            Err(e)
-        }
-    }
-}
-
-/// An [`Attach`] under way beside a boot, on a thread of its own.
-pub(crate) struct Attaching(Option<std::thread::JoinHandle<Result<()>>>, Option<Result<()>>);
-
-impl Attaching {
-    /// Nothing to attach.
-    pub(crate) fn none() -> Attaching {
-        Attaching(None, Some(Ok(())))
-    }
-
-    /// Starts `spec`'s attach for `slot`, if it has one (inline if no thread can be had).
-    pub(crate) fn start(spec: &Spec, slot: u32) -> Attaching {
-        let Some(a) = spec.attach.clone() else { return Attaching::none() };
-        let run = a.clone();
-        match std::thread::Builder::new().name("gb-attach".into()).spawn(move || (run.0)(slot)) {
-            Ok(h) => Attaching(Some(h), None),
-            Err(_) => Attaching(None, Some((a.0)(slot))),
-        }
-    }
-
-    /// Waits for it to end (before anything undoes the slot's link, so no late commit
-    /// re-adds rules after their removal).
-    pub(crate) fn finish(self) -> Result<()> {
-        match (self.0, self.1) {
-            (Some(h), _) => {
-                h.join().unwrap_or_else(|_| Err(crate::error::Error::Internal("network attach panicked".into())))
-            }
-            (None, r) => r.unwrap_or(Ok(())),
-        }
-    }
 }
 
 /// One running sandbox as its backend holds it.

@@ -264,8 +264,9 @@ impl Manager {
 
     /// Boots a fresh sandbox for a create (in a namespace linked ahead, when `link` is given
     /// and one is ready). A sandbox that got a namespace linked ahead has its policy attached
-    /// by the backend while it boots (the second value is then true): the commit runs beside
-    /// the jail's start, and the rules are in force before the sandbox is handed out. A caller that goes away meanwhile (a client hanging up drops the
+    /// on the boot's own thread, right after the boot (the second value is then true): the
+    /// create does not wait for a second blocking task, and the rules are committed before the
+    /// sandbox is handed out. A caller that goes away meanwhile (a client hanging up drops the
     /// request's future) is not there to take the sandbox: the boot's end tears it down.
     async fn boot_for_request(
         self: &Arc<Self>,
@@ -274,24 +275,25 @@ impl Manager {
         upper: Option<PathBuf>,
         w: Wants,
     ) -> Result<(Booted, bool)> {
-        let attach = w.link.map(|(policy, egress)| {
-            let this = self.clone();
-            crate::backend::Attach(Arc::new(move |slot| this.attach_ahead(slot, &policy, &egress)))
-        });
         let spec = crate::backend::Spec {
-            link: attach.is_some(),
+            link: w.link.is_some(),
             volumes: w.volumes,
             isolation: w.isolation,
-            attach,
             ..self.spec(limits, tpl, upper, false)
         };
+        let link = w.link;
         let (this, t) = (self.clone(), tpl.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         tokio::task::spawn_blocking(move || {
-            // A backend that booted it in a namespace linked ahead attached the policy.
-            let booted = this.boot(&spec, &t).map(|b| {
-                let attached = spec.attach.is_some() && b.host.linked_ahead();
-                (b, attached)
+            let booted = this.boot(&spec, &t).and_then(|b| match link {
+                Some((policy, egress)) if b.host.linked_ahead() => match this.attach_ahead(&b, &policy, &egress) {
+                    Ok(()) => Ok((b, true)),
+                    Err(e) => {
+                        b.discard();
+                        Err(e)
+                    }
+                },
+                _ => Ok((b, false)),
             });
             // Undelivered (nobody listening, or the listener gone with the value still in the
             // channel), the hand-off discards it.

@@ -29,11 +29,17 @@ impl Manager {
         );
     }
 
-    /// Attaches `policy` to the link made ahead for `slot` (its rules in one nf_tables
-    /// commit), for a sandbox booting in it. Blocking: the backend runs it beside the boot.
-    pub(super) fn attach_ahead(&self, slot: u32, policy: &Policy, egress: &Arc<crate::egress::Egress>) -> Result<()> {
+    /// Attaches `policy` to a sandbox just booted in a namespace linked ahead (its rules in
+    /// one nf_tables commit). Blocking: runs on the boot's thread.
+    pub(super) fn attach_ahead(
+        &self,
+        b: &super::pools::Booted,
+        policy: &Policy,
+        egress: &Arc<crate::egress::Egress>,
+    ) -> Result<()> {
+        let slot = b.host.slot();
         self.watch_packets(slot, egress);
-        self.net.attach(slot, 0, policy, true)
+        self.net.attach(slot, b.host.pid(), policy, true)
     }
 
     /// After [`Self::attach_ahead`]: the sandbox is linked; its resolver and proxy start.

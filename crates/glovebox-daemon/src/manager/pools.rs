@@ -217,7 +217,6 @@ impl Manager {
             link: false,
             volumes: Vec::new(),
             isolation: glovebox_proto::api::Isolation::Process,
-            attach: None,
         }
     }
 
