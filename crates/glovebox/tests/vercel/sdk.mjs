@@ -225,7 +225,7 @@ console.log(`over-budget runCode rejected after ${Date.now() - t} ms (budget 100
 for (const [what, params] of [
   ["an unknown runtime", { runtime: "ruby3.3" }],
   ["a persistent sandbox", { persistent: true }],
-  ["exposed ports", { ports: [3000] }],
+  ["a port out of range", { ports: [70000] }],
   ["too many vCPUs", { resources: { vcpus: 1000 } }],
   ["a forwarding rule", { networkPolicy: { allow: { "a.test": [{ forwardURL: "https://b.test" }] } } }],
 ]) {
