@@ -45,6 +45,9 @@ const TOKEN_PREFIX: &str = "gbp_";
 const SIGNED_PREFIX: &str = "gbs_";
 /// Hex digits of an HMAC-SHA-256 tag.
 const TAG_HEX: usize = 64;
+/// Hex digits of a signed token's nonce (so two made in one second differ, and revoking one
+/// leaves the other).
+const NONCE_HEX: usize = 16;
 
 /// What this daemon remembers of one live sandbox's ports.
 #[derive(Default)]
@@ -138,18 +141,30 @@ impl Ports {
         format!("{TOKEN_PREFIX}{}", tag(&self.key, &format!("glovebox-port\0{id}\0{port}")))
     }
 
-    /// A token that opens port `port` of sandbox `id` until `expires` (Unix seconds), unless
-    /// revoked before.
+    /// A token of its own that opens port `port` of sandbox `id` until `expires` (Unix
+    /// seconds), unless revoked before: `gbs_<expires>_<nonce>_<tag>`.
     pub fn signed_token(&self, id: &str, port: u16, expires: u64) -> String {
-        format!("{SIGNED_PREFIX}{expires}_{}", tag(&self.signing, &format!("glovebox-signed\0{id}\0{port}\0{expires}")))
+        let mut n = [0u8; NONCE_HEX / 2];
+        if getrandom::fill(&mut n).is_err() {
+            // Without randomness, a counter still makes each token of this process its own.
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_be_bytes();
+        }
+        let nonce: String = n.iter().map(|b| format!("{b:02x}")).collect();
+        self.signed_with(id, port, expires, &nonce)
+    }
+
+    fn signed_with(&self, id: &str, port: u16, expires: u64, nonce: &str) -> String {
+        let tag = tag(&self.signing, &format!("glovebox-signed\0{id}\0{port}\0{expires}\0{nonce}"));
+        format!("{SIGNED_PREFIX}{expires}_{nonce}_{tag}")
     }
 
     /// The expiry of `given` if it is a signed token this daemon made for port `port` of
     /// sandbox `id` (expired or not).
     fn signed_expiry(&self, id: &str, port: u16, given: &str) -> Option<u64> {
-        let (exp, _) = given.strip_prefix(SIGNED_PREFIX)?.split_once('_')?;
+        let (exp, nonce, _) = signed_parts(given)?;
         let exp: u64 = exp.parse().ok()?;
-        constant_time_eq(self.signed_token(id, port, exp).as_bytes(), given.as_bytes()).then_some(exp)
+        constant_time_eq(self.signed_with(id, port, exp, nonce).as_bytes(), given.as_bytes()).then_some(exp)
     }
 
     pub fn token_is(&self, id: &str, port: u16, given: &str) -> bool {
@@ -278,14 +293,23 @@ impl Ports {
 /// Whether `s` has the shape of a token this module makes (port or signed), whoever it is
 /// for: what a preview request may carry as its first path segment.
 pub fn looks_like_token(s: &str) -> bool {
-    let hex = |t: &str| t.len() == TAG_HEX && t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    if let Some(tag) = s.strip_prefix(TOKEN_PREFIX) {
-        return hex(tag);
+    match s.strip_prefix(TOKEN_PREFIX) {
+        Some(tag) => is_hex(tag, TAG_HEX),
+        None => signed_parts(s).is_some(),
     }
-    match s.strip_prefix(SIGNED_PREFIX).and_then(|r| r.split_once('_')) {
-        Some((exp, tag)) => !exp.is_empty() && exp.len() <= 20 && exp.bytes().all(|b| b.is_ascii_digit()) && hex(tag),
-        None => false,
-    }
+}
+
+/// The expiry, nonce and tag of a signed token's shape (`gbs_<digits>_<16 hex>_<64 hex>`).
+fn signed_parts(s: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = s.strip_prefix(SIGNED_PREFIX)?.split('_');
+    let (exp, nonce, tag) = (parts.next()?, parts.next()?, parts.next()?);
+    let exp_ok = !exp.is_empty() && exp.len() <= 20 && exp.bytes().all(|b| b.is_ascii_digit());
+    (parts.next().is_none() && exp_ok && is_hex(nonce, NONCE_HEX) && is_hex(tag, TAG_HEX)).then_some((exp, nonce, tag))
+}
+
+/// Whether `s` is `len` lowercase hex digits.
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The HMAC-SHA-256 of `msg` under `key`, in lowercase hex.
@@ -448,7 +472,9 @@ mod tests {
         assert!(!p.opens("a", 81, &t) && !p.opens("b", 80, &t), "one port of one sandbox");
         assert!(!p.opens_at("a", 80, &t, now + 60), "expired at its expiry");
         let forged = t.replacen(&format!("{}", now + 60), &format!("{}", now + 6000), 1);
-        assert!(!p.opens("a", 80, &forged), "the expiry is inside the HMAC");
+        assert!(looks_like_token(&forged) && !p.opens("a", 80, &forged), "the expiry is inside the HMAC");
+        let twin = p.signed_token("a", 80, now + 60);
+        assert!(twin != t && p.opens("a", 80, &twin), "two made in one second differ");
         assert!(!p.token_is("a", 80, &t) && p.opens("a", 80, &p.token("a", 80)));
         let restarted = Ports::with_secret(&[1; 32], "localhost");
         assert!(!restarted.opens("a", 80, &t), "signed tokens die with the daemon");
@@ -457,6 +483,7 @@ mod tests {
         assert!(!p.revoke("a", 81, &t) && !p.revoke("a", 80, &p.token("a", 80)));
         assert!(p.revoke("a", 80, &t));
         assert!(!p.opens("a", 80, &t) && p.opens("a", 80, &other), "only the revoked one");
+        assert!(p.opens("a", 80, &twin), "its twin of the same second too");
         p.forget("a");
         assert!(!p.all_public("a"));
     }
@@ -482,7 +509,11 @@ mod tests {
     fn token_shapes_and_hosts_via_the_api_host() {
         let p = Ports::with_secret(&[1; 32], "localhost");
         assert!(looks_like_token(&p.token("a", 1)));
-        for bad in ["", "gbp_", "gbp_xyz", "gbs_1_", "gbs__0123", "gbs_x_", "index.html", &p.token("a", 1)[..60]] {
+        let signed = p.signed_token("a", 1, 5);
+        assert!(looks_like_token(&signed), "{signed}");
+        let cut = &signed[..signed.len() - 1];
+        let extra = format!("{signed}_00");
+        for bad in ["", "gbp_", "gbp_xyz", "gbs_1_", "gbs__0123", "gbs_x_", "index.html", &p.token("a", 1)[..60], cut, &extra] {
             assert!(!looks_like_token(bad), "{bad}");
         }
         assert!(!looks_like_token(&p.token("a", 1).to_uppercase()));

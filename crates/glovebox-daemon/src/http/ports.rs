@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(path_token(&format!("/{t}.vercel.run/api/x")), Some((t.as_str(), "/api/x")));
         assert_eq!(path_token(&format!("/{t}.vercel.run")), Some((t.as_str(), "/")));
         assert_eq!(path_token(&format!("/{t}/")), Some((t.as_str(), "/")));
-        let signed = format!("gbs_1700000000_{}", "b".repeat(64));
+        let signed = format!("gbs_1700000000_{}_{}", "c".repeat(16), "b".repeat(64));
         assert_eq!(path_token(&format!("/{signed}/a")), Some((signed.as_str(), "/a")));
         for other in [
             "/".to_string(),
