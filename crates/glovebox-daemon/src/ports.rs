@@ -286,7 +286,10 @@ impl Ports {
 
     /// Whether `given` is the token granted for sandbox `id`.
     pub fn is_granted(&self, id: &str, given: &str) -> bool {
-        self.lock().get(id).and_then(|s| s.granted.as_deref()).is_some_and(|t| constant_time_eq(t.as_bytes(), given.as_bytes()))
+        self.lock()
+            .get(id)
+            .and_then(|s| s.granted.as_deref())
+            .is_some_and(|t| constant_time_eq(t.as_bytes(), given.as_bytes()))
     }
 }
 
@@ -513,7 +516,9 @@ mod tests {
         assert!(looks_like_token(&signed), "{signed}");
         let cut = &signed[..signed.len() - 1];
         let extra = format!("{signed}_00");
-        for bad in ["", "gbp_", "gbp_xyz", "gbs_1_", "gbs__0123", "gbs_x_", "index.html", &p.token("a", 1)[..60], cut, &extra] {
+        for bad in
+            ["", "gbp_", "gbp_xyz", "gbs_1_", "gbs__0123", "gbs_x_", "index.html", &p.token("a", 1)[..60], cut, &extra]
+        {
             assert!(!looks_like_token(bad), "{bad}");
         }
         assert!(!looks_like_token(&p.token("a", 1).to_uppercase()));

@@ -235,7 +235,9 @@ async fn pass(
         drain(req.into_body()).await;
         let how = match route {
             Route::Path => "send the API key or the port's token (`?gb_token=`)",
-            Route::Host => "add `?gb_token=<token>` (from exposing the port), send it in a header, or make the port public",
+            Route::Host => {
+                "add `?gb_token=<token>` (from exposing the port), send it in a header, or make the port public"
+            }
         };
         return Err(ApiError::new(ErrorCode::Unauthorized, format!("port {port} of sandbox {id} is private: {how}")));
     }
