@@ -42,12 +42,14 @@ fn install_sdk() -> PathBuf {
 /// through the environment, which the others must not inherit.
 static START: Mutex<()> = Mutex::new(());
 
-/// Runs `script` (copied beside the installed node_modules, since ES modules resolve
-/// packages from their own directory up) against `d`; returns its stdout after asserting
-/// it finished with at least `min_checks` checks.
+/// Runs `script` (copied, with the helpers it imports, beside the installed node_modules,
+/// since ES modules resolve packages from their own directory up) against `d`; returns its
+/// stdout after asserting it finished with at least `min_checks` checks.
 fn run_script(d: &Daemon, script: &str, min_checks: usize, env: &[(&str, &str)]) -> String {
     let copy = sdk_dir().join(script);
-    std::fs::copy(scripts().join(script), &copy).expect("copy the script");
+    for f in [script, "checks.mjs"] {
+        std::fs::copy(scripts().join(f), sdk_dir().join(f)).expect("copy the script");
+    }
     let mut cmd = Command::new("node");
     cmd.arg(&copy)
         .env("GLOVEBOX_URL", &d.url)

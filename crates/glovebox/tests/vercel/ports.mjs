@@ -7,6 +7,7 @@
 // Env: GLOVEBOX_URL, GLOVEBOX_API_KEY.
 import http from "node:http";
 import { APIError, Sandbox } from "@vercel/sandbox";
+import { check, done, sdkError } from "./checks.mjs";
 
 // --- The configuration (docs/vercel.md) ---
 const GLOVEBOX = process.env.GLOVEBOX_URL;
@@ -15,23 +16,6 @@ const glovebox = (url, { dispatcher, ...init } = {}) =>
   fetch(String(url).replace("https://vercel.com/api", `${GLOVEBOX}/vercel`), init);
 const creds = { token: KEY, teamId: "glovebox", projectId: "glovebox", fetch: glovebox };
 
-let checks = 0;
-function check(name, cond, detail) {
-  if (!cond) {
-    console.log(`FAIL: ${name}`, detail === undefined ? "" : JSON.stringify(detail));
-    process.exit(1);
-  }
-  checks++;
-  console.log(`ok: ${name}`);
-}
-const sdkError = async (f) => {
-  try {
-    await f();
-    return null;
-  } catch (e) {
-    return e;
-  }
-};
 const isBadRequest = (e) => e instanceof APIError && e.response.status === 400;
 
 // A GET of `url` on the daemon (`*.localhost` names are resolved by browsers, not by this
@@ -156,4 +140,4 @@ for (const [what, ports] of [
   check(`create with ${what}: 400 APIError`, isBadRequest(e) && e.json?.error?.code === "bad_request", e && `${e.response?.status} ${e.message}`);
 }
 
-console.log(`vercel ports ${checks} checks ok`);
+done("ports");
