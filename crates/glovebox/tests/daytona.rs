@@ -98,6 +98,15 @@ fn everyday_surface() {
     d.shutdown_and_check_leaks();
 }
 
+/// Preview links: the header token, signed URLs (expiring, revocable), public sandboxes.
+#[test]
+fn preview_links() {
+    require_root!();
+    let d = Daemon::start();
+    run_script(&d, "previews.py", 30, Duration::from_secs(180), &[]);
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn network_rules() {
     require_root!();

@@ -3,6 +3,8 @@
 //! against a daemon this test starts. The SDK is pointed at it the documented way: a `fetch`
 //! that rewrites its API base to `<daemon>/vercel`, and the daemon's key as the token.
 //!
+//! `ports.mjs` reaches a server inside a sandbox at the SDK's `domain(port)`.
+//!
 //! The network checks use the test's own internet (`inet`): a canary listener the sandbox
 //! must (allow-all) or must not (deny-all, allow-list) reach, and an HTTPS server that logs
 //! the Authorization header a brokering rule adds outside the sandbox.
@@ -40,12 +42,14 @@ fn install_sdk() -> PathBuf {
 /// through the environment, which the others must not inherit.
 static START: Mutex<()> = Mutex::new(());
 
-/// Runs `script` (copied beside the installed node_modules, since ES modules resolve
-/// packages from their own directory up) against `d`; returns its stdout after asserting
-/// it finished with at least `min_checks` checks.
+/// Runs `script` (copied, with the helpers it imports, beside the installed node_modules,
+/// since ES modules resolve packages from their own directory up) against `d`; returns its
+/// stdout after asserting it finished with at least `min_checks` checks.
 fn run_script(d: &Daemon, script: &str, min_checks: usize, env: &[(&str, &str)]) -> String {
     let copy = sdk_dir().join(script);
-    std::fs::copy(scripts().join(script), &copy).expect("copy the script");
+    for f in [script, "checks.mjs"] {
+        std::fs::copy(scripts().join(f), sdk_dir().join(f)).expect("copy the script");
+    }
     let mut cmd = Command::new("node");
     cmd.arg(&copy)
         .env("GLOVEBOX_URL", &d.url)
@@ -96,6 +100,19 @@ fn official_sdk_runs_against_glovebox() {
     assert!(!d.log().contains(&secret), "the brokered secret is not logged");
     d.shutdown_and_check_leaks();
     drop(inet);
+}
+
+/// `ports` at create and update, `routes`, `domain(port)` with a path appended: private
+/// (the URL is the token), another port's token refused, public through the native API.
+#[test]
+fn preview_ports() {
+    require_root!();
+    let d = {
+        let _one = START.lock().unwrap_or_else(|p| p.into_inner());
+        Daemon::start()
+    };
+    run_script(&d, "ports.mjs", 25, &[]);
+    d.shutdown_and_check_leaks();
 }
 
 /// Install then lock down, against the public npm registry (reachable from CI).

@@ -40,6 +40,7 @@ pub fn routes() -> Router<Daytona> {
         .route("/sandbox/{id}/labels", put(replace_labels))
         .route("/sandbox/{id}/autostop/{interval}", post(set_autostop))
         .route("/sandbox/{id}/network-settings", post(network_settings))
+        .route("/sandbox/{id}/public/{public}", post(set_public))
         .route("/sandbox/{id}/toolbox-proxy-url", get(toolbox_proxy_url))
         .route("/sandbox/{id}/{*rest}", any(unsupported))
         .fallback(unsupported_api)
@@ -143,10 +144,9 @@ fn policy(n: &NetworkSettings) -> Result<NetworkPolicy, DtError> {
 /// Refuses what Glovebox does not do, naming it.
 fn refuse_unsupported(req: &NewSandbox) -> Result<(), DtError> {
     let nonzero = |v: Option<i64>| v.is_some_and(|v| v > 0);
-    let checks: [(bool, &str); 14] = [
+    let checks: [(bool, &str); 13] = [
         (req.name.is_some(), "naming a sandbox (sandboxes are addressed by id)"),
         (req.user.as_deref().is_some_and(|u| u != "root"), "choosing the OS user"),
-        (req.public == Some(true), "public previews"),
         (req.kvm == Some(true), "KVM inside sandboxes"),
         (req.outbound_proxy_url.is_some(), "an outbound proxy"),
         (req.gpu.is_some_and(|g| g > 0) || req.gpu_type.as_ref().is_some_and(|g| !g.is_null()), "GPUs"),
@@ -176,7 +176,7 @@ fn gb(mb: u64) -> u64 {
 }
 
 /// The sandbox as Daytona describes one.
-fn view(sb: &Sb, h: &HeaderMap, state: &str) -> Value {
+fn view(st: &Daytona, sb: &Sb, h: &HeaderMap, state: &str) -> Value {
     let s = sb.view();
     let ephemeral = sb.on_idle == OnIdle::Kill;
     let idle_min = sb.idle_timeout().map_or(0, |t| t.as_secs() / 60);
@@ -201,7 +201,7 @@ fn view(sb: &Sb, h: &HeaderMap, state: &str) -> Value {
         "user": "root",
         "env": sb.env,
         "labels": s.metadata,
-        "public": false,
+        "public": st.app.manager.ports.all_public(&s.id),
         "networkBlockAll": s.network.mode == NetworkMode::DenyAll,
         "networkAllowList": list(cidrs),
         "domainAllowList": list(domains),
@@ -240,8 +240,8 @@ fn toolbox_url(h: &HeaderMap) -> String {
     format!("http://{host}{TOOLBOX_PREFIX}")
 }
 
-fn dto(sb: &Sb, h: &HeaderMap) -> Response {
-    axum::Json(view(sb, h, state_of(sb))).into_response()
+fn dto(st: &Daytona, sb: &Sb, h: &HeaderMap) -> Response {
+    axum::Json(view(st, sb, h, state_of(sb))).into_response()
 }
 
 async fn create(State(st): State<Daytona>, h: HeaderMap, b: Bytes) -> Result<Response, DtError> {
@@ -288,13 +288,16 @@ async fn create(State(st): State<Daytona>, h: HeaderMap, b: Bytes) -> Result<Res
     };
     crate::builds::ensure_shipped(&st.app.manager, &template)?;
     let sb = st.app.manager.create_for(&caller.tenant, create).await?;
-    Ok(dto(&sb, &h))
+    if req.public == Some(true) {
+        crate::http::change_live(&st.app, &sb.id, |ports| ports.set_all_public(&sb.id, true))?;
+    }
+    Ok(dto(&st, &sb, &h))
 }
 
 async fn get_one(State(st): State<Daytona>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, DtError> {
     caller_for(&st, &h, &id)?;
     let sb = st.app.manager.get(&id)?;
-    Ok(dto(&sb, &h))
+    Ok(dto(&st, &sb, &h))
 }
 
 /// `GET /sandbox`: the caller's sandboxes, oldest first, filtered by `labels` (JSON),
@@ -342,7 +345,7 @@ async fn list(
         .filter(|s| s.id.to_lowercase().starts_with(&prefix))
         .filter(|s| snapshots.is_empty() || snapshots.contains(&s.template.as_str()))
         .filter_map(|s| st.app.manager.get(&s.id).ok())
-        .map(|sb| view(&sb, &h, state_of(&sb)))
+        .map(|sb| view(&st, &sb, &h, state_of(&sb)))
         .filter(|v| states.is_empty() || states.iter().any(|s| v["state"] == *s))
         .collect();
     let from = match cursor {
@@ -361,14 +364,14 @@ async fn delete(State(st): State<Daytona>, h: HeaderMap, Path(id): Path<String>)
     caller_for(&st, &h, &id)?;
     let sb = st.app.manager.get(&id)?;
     st.app.manager.destroy(&id, EndReason::Killed).await;
-    Ok(axum::Json(view(&sb, &h, "destroyed")).into_response())
+    Ok(axum::Json(view(&st, &sb, &h, "destroyed")).into_response())
 }
 
 async fn start(State(st): State<Daytona>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, DtError> {
     caller_for(&st, &h, &id)?;
     let sb = st.app.manager.get(&id)?;
     st.app.manager.resume_sb(&sb)?;
-    Ok(dto(&sb, &h))
+    Ok(dto(&st, &sb, &h))
 }
 
 /// `stop`: pauses the sandbox (its files and processes kept); an ephemeral one is deleted,
@@ -378,14 +381,14 @@ async fn stop(State(st): State<Daytona>, h: HeaderMap, Path(id): Path<String>) -
     let sb = st.app.manager.get(&id)?;
     if sb.on_idle == OnIdle::Kill {
         st.app.manager.destroy(&id, EndReason::Killed).await;
-        return Ok(axum::Json(view(&sb, &h, "destroyed")).into_response());
+        return Ok(axum::Json(view(&st, &sb, &h, "destroyed")).into_response());
     }
     let m = st.app.manager.clone();
     let paused = sb.clone();
     tokio::task::spawn_blocking(move || m.pause_sb(&paused))
         .await
         .map_err(|e| DtError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("stop: {e}")))??;
-    Ok(dto(&sb, &h))
+    Ok(dto(&st, &sb, &h))
 }
 
 #[derive(Deserialize, Default)]
@@ -418,7 +421,7 @@ async fn set_autostop(
     caller_for(&st, &h, &id)?;
     let want = interval.parse::<u64>().map_err(|_| DtError::bad("interval must be a non-negative integer"))?;
     let sb = st.app.manager.update(&id, None, Some(want.saturating_mul(60).min(MAX_TIMEOUT_S)))?;
-    Ok(dto(&sb, &h))
+    Ok(dto(&st, &sb, &h))
 }
 
 /// Replaces the sandbox's egress policy live (the same three exclusive options as create).
@@ -432,7 +435,22 @@ async fn network_settings(
     let n: NetworkSettings = body(&b)?;
     let np = policy(&n)?;
     let sb = st.app.manager.set_network(&id, np).await?;
-    Ok(dto(&sb, &h))
+    Ok(dto(&st, &sb, &h))
+}
+
+/// `set_public(bool)`: every port of the sandbox opens without a token (its preview links
+/// are public), or is private again (ports made public one by one through Glovebox's own
+/// API stay public).
+async fn set_public(
+    State(st): State<Daytona>,
+    h: HeaderMap,
+    Path((id, public)): Path<(String, String)>,
+) -> Result<Response, DtError> {
+    caller_for(&st, &h, &id)?;
+    let public: bool = public.parse().map_err(|_| DtError::bad("isPublic must be true or false"))?;
+    let sb = st.app.manager.get(&id)?;
+    crate::http::change_live(&st.app, &id, |ports| ports.set_all_public(&id, public))?;
+    Ok(dto(&st, &sb, &h))
 }
 
 async fn toolbox_proxy_url(

@@ -19,6 +19,7 @@ mod control;
 mod files;
 mod git;
 mod multipart;
+mod previews;
 mod process;
 
 use std::collections::HashMap;
@@ -60,7 +61,10 @@ pub fn router(app: AppState) -> Router {
         .merge(git::routes())
         .merge(files::routes().layer(DefaultBodyLimit::max(MAX_UPLOAD)))
         .fallback(toolbox_unsupported);
-    Router::new().nest(API_PREFIX, control::routes()).nest(&format!("{TOOLBOX_PREFIX}/{{id}}"), toolbox).with_state(st)
+    Router::new()
+        .nest(API_PREFIX, control::routes().merge(previews::routes()))
+        .nest(&format!("{TOOLBOX_PREFIX}/{{id}}"), toolbox)
+        .with_state(st)
 }
 
 /// An error in the shape of Daytona's answers.

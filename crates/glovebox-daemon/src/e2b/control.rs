@@ -183,12 +183,7 @@ fn network_view(np: &NetworkPolicy) -> Value {
 fn created(st: &E2b, s: &Sandbox, h: &HeaderMap) -> Value {
     let token = st.token_for(&s.id);
     let daemon = h.get(axum::http::header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let listen_port = daemon.rsplit_once(':').map(|(_, p)| p).filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
-    let preview = st.app.manager.ports.domain();
-    let domain = match listen_port {
-        Some(p) => format!("{preview}:{p}"),
-        None => preview.to_string(),
-    };
+    let domain = st.app.manager.ports.domain_via(daemon);
     json!({
         "domain": domain,
         "sandboxID": s.id,

@@ -37,7 +37,7 @@ use glovebox_proto::api::ErrorCode;
 pub use activity::count_responses;
 pub use auth::{authorize, drain, presented_key};
 pub use error::ApiError;
-pub use ports::intercept as pass_to_ports;
+pub use ports::{api_host, change_live, expose_live, intercept as pass_to_ports};
 
 use crate::manager::Manager;
 

@@ -2,9 +2,15 @@
 //! pass-through to a server inside a sandbox, reached two ways on the daemon's one listener:
 //! - by path, `/v1/sandboxes/{id}/ports/{port}/…`, with the owner's API key, the port's
 //!   token or nothing (a public port);
-//! - by host name, `Host: P-<id>.<domain>` (any path), with the port's token (`?gb_token=`,
-//!   kept in a cookie for a browser's later requests, or the `X-Glovebox-Port-Token` header)
-//!   or nothing (a public port). These requests carry no API key.
+//! - by host name, `Host: P-<id>.<domain>` (any path), with a token that opens the port
+//!   (`?gb_token=`, or the path's first segment — both kept in a cookie for a browser's later
+//!   requests —, or the `X-Glovebox-Port-Token` header) or nothing (a public port). These
+//!   requests carry no API key.
+//!
+//! The front-ends' own ways of carrying a token map here too: E2B's traffic access token
+//! header, Daytona's `X-Daytona-Preview-Token`, and the Vercel SDK's `domain(port)`, which
+//! ends the host it was given with `.vercel.run` — so a first path segment
+//! `<token>.vercel.run` is a token as well.
 //!
 //! Invariants: nothing reaches a sandbox's port before its access is checked; the daemon's
 //! credentials (the API key it was given, the port token) are taken out of the request
@@ -28,8 +34,11 @@ use crate::ports::ConnectError;
 
 /// The query parameter and cookie a port token travels in.
 const TOKEN_PARAM: &str = "gb_token";
-/// The header a port token travels in.
+/// The headers a port token travels in: Glovebox's own and Daytona's.
 const TOKEN_HEADER: &str = "x-glovebox-port-token";
+const DAYTONA_TOKEN_HEADER: &str = "x-daytona-preview-token";
+/// What the Vercel SDK appends to the `subdomain` of a route to make `domain(port)`.
+const VERCEL_SUFFIX: &str = ".vercel.run";
 /// The header E2B's SDKs send a sandbox's traffic access token in (see `Ports::grant`).
 const E2B_TRAFFIC_HEADER: &str = "e2b-traffic-access-token";
 
@@ -56,11 +65,29 @@ pub async fn expose(
         serde_json::from_slice(&body).map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("body: {e}")))?
     };
     check_port(port)?;
-    st.manager.get(&id)?;
-    let ports = &st.manager.ports;
-    ports.retain(|live| st.manager.get(live).is_ok());
-    ports.expose(&id, port, req.public);
+    expose_live(&st, &id, port, req.public)?;
     Ok(json(StatusCode::OK, &describe(&st, &headers, &id, port, req.public)))
+}
+
+/// Records port `port` of live sandbox `id` as exposed (every front-end's way in).
+pub fn expose_live(st: &AppState, id: &str, port: u16, public: bool) -> Result<(), crate::error::Error> {
+    change_live(st, id, |ports| ports.expose(id, port, public))
+}
+
+/// Changes what the daemon remembers of live sandbox `id`'s ports. The manager forgets a
+/// sandbox's ports when it ends; one that ended meanwhile is forgotten here.
+pub fn change_live(
+    st: &AppState,
+    id: &str,
+    change: impl FnOnce(&crate::ports::Ports),
+) -> Result<(), crate::error::Error> {
+    st.manager.get(id)?;
+    change(&st.manager.ports);
+    if let Err(e) = st.manager.get(id) {
+        st.manager.ports.forget(id);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// `GET /v1/sandboxes/{id}/ports`: the ports exposed so far, lowest first.
@@ -81,20 +108,29 @@ fn check_port(port: u16) -> ApiResult<()> {
 /// Where port `port` of `id` is reached, written with the address the caller reached the
 /// daemon at (its `Host`), so the URLs work from where the caller stands.
 fn describe(st: &AppState, headers: &HeaderMap, id: &str, port: u16, public: bool) -> ExposedPort {
-    let daemon = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1:7171");
-    let listen_port = daemon.rsplit_once(':').map(|(_, p)| p).filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
+    let daemon = api_host(headers);
     let ports = &st.manager.ports;
-    let host = match listen_port {
-        Some(p) => format!("{}:{p}", ports.host(id, port)),
-        None => ports.host(id, port),
-    };
     ExposedPort {
         port,
         public,
-        url: format!("http://{host}/"),
+        url: format!("http://{}/", ports.host_via(id, port, daemon)),
         path_url: format!("http://{daemon}/v1/sandboxes/{id}/ports/{port}/"),
         token: ports.token(id, port),
     }
+}
+
+/// The address an API request reached the daemon at (its `Host`).
+pub fn api_host(headers: &HeaderMap) -> &str {
+    headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1:7171")
+}
+
+/// A token carried as the first segment of a preview host's path (`/<token>/…`, or
+/// `/<token>.vercel.run/…`), and the path after it (`/` when nothing follows).
+fn path_token(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix('/')?;
+    let (first, after) = rest.find('/').map_or((rest, ""), |i| (&rest[..i], &rest[i..]));
+    let token = first.strip_suffix(VERCEL_SUFFIX).unwrap_or(first);
+    crate::ports::looks_like_token(token).then_some((token, if after.is_empty() { "/" } else { after }))
 }
 
 /// The sandbox, port and the rest of the path a `/v1/sandboxes/{id}/ports/{port}/…` path
@@ -112,7 +148,7 @@ fn port_path(path: &str) -> Option<(&str, u16, &str)> {
 pub async fn intercept(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).or(req.uri().host());
     if let Some((id, port)) = host.and_then(|h| st.manager.ports.parse_host(h)) {
-        let rest = req.uri().path().to_string();
+        let rest = path_token(req.uri().path()).map_or(req.uri().path(), |(_, rest)| rest).to_string();
         return pass(st, req, id, port, rest, Route::Host).await.unwrap_or_else(|e| e.into_response());
     }
     if let Some((id, port, rest)) = port_path(req.uri().path()) {
@@ -122,18 +158,37 @@ pub async fn intercept(State(st): State<AppState>, req: Request, next: Next) -> 
     next.run(req).await
 }
 
-/// The port token a request carries: the header, the query, then (host routing) the cookie.
-fn presented_token(req: &Request, route: Route) -> Option<String> {
-    if let Some(t) = req.headers().get(TOKEN_HEADER).and_then(|v| v.to_str().ok()) {
-        return Some(t.to_string());
+/// Where a token came with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carrier {
+    Header,
+    Query,
+    /// The first segment of a preview host's path.
+    Path,
+    Cookie,
+}
+
+/// The tokens a request carries, each with where: the headers, the query, then (host
+/// routing) the path's first segment and the cookie.
+fn presented_tokens(req: &Request, route: Route) -> Vec<(String, Carrier)> {
+    let mut out = Vec::new();
+    for name in [TOKEN_HEADER, DAYTONA_TOKEN_HEADER] {
+        if let Some(t) = req.headers().get(name).and_then(|v| v.to_str().ok()) {
+            out.push((t.trim().to_string(), Carrier::Header));
+        }
     }
     if let Some(t) = query_token(req.uri()) {
-        return Some(t);
+        out.push((t, Carrier::Query));
     }
     if route == Route::Host {
-        return cookies(req.headers()).find(|(k, _)| *k == TOKEN_PARAM).map(|(_, v)| v.to_string());
+        if let Some((t, _)) = path_token(req.uri().path()) {
+            out.push((t.to_string(), Carrier::Path));
+        }
+        if let Some((_, t)) = cookies(req.headers()).find(|(k, _)| *k == TOKEN_PARAM) {
+            out.push((t.to_string(), Carrier::Cookie));
+        }
     }
-    None
+    out
 }
 
 fn query_token(uri: &Uri) -> Option<String> {
@@ -157,10 +212,10 @@ async fn pass(
     rest: String,
     route: Route,
 ) -> ApiResult<Response> {
-    let token = presented_token(&req, route);
+    let ports = &st.manager.ports;
+    let opened = presented_tokens(&req, route).into_iter().find(|(t, _)| ports.opens(&id, port, t));
     let granted = req.headers().get(E2B_TRAFFIC_HEADER).and_then(|v| v.to_str().ok());
-    let token_ok = token.as_deref().is_some_and(|t| st.manager.ports.token_is(&id, port, t))
-        || granted.is_some_and(|t| st.manager.ports.is_granted(&id, t.trim()));
+    let token_ok = opened.is_some() || granted.is_some_and(|t| ports.is_granted(&id, t.trim()));
     // The path route also takes the owner's API key (taken out before the request goes on).
     let mut by_key = false;
     if route == Route::Path && !token_ok {
@@ -180,7 +235,9 @@ async fn pass(
         drain(req.into_body()).await;
         let how = match route {
             Route::Path => "send the API key or the port's token (`?gb_token=`)",
-            Route::Host => "add `?gb_token=<token>` (from exposing the port) or make the port public",
+            Route::Host => {
+                "add `?gb_token=<token>` (from exposing the port), send it in a header, or make the port public"
+            }
         };
         return Err(ApiError::new(ErrorCode::Unauthorized, format!("port {port} of sandbox {id} is private: {how}")));
     }
@@ -202,7 +259,9 @@ async fn pass(
     let stream = tokio::net::TcpStream::from_std(stream)
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("register the connection: {e}")))?;
 
-    let set_cookie = route == Route::Host && token_ok && query_token(req.uri()).is_some();
+    // A token from the URL is kept for the browser's later requests to this host (the
+    // page's own links carry no token).
+    let cookie = opened.filter(|(_, c)| route == Route::Host && matches!(c, Carrier::Query | Carrier::Path));
     let upgrade = req.headers().contains_key(header::UPGRADE);
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
     let upstream = rewrite(req, &rest, port, route, by_key);
@@ -233,12 +292,10 @@ async fn pass(
 
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
-    if set_cookie {
-        if let Some(t) = token.as_deref() {
-            let c = format!("{TOKEN_PARAM}={t}; Path=/; HttpOnly; SameSite=Lax");
-            if let Ok(v) = HeaderValue::from_str(&c) {
-                parts.headers.append(header::SET_COOKIE, v);
-            }
+    if let Some((t, _)) = cookie {
+        let c = format!("{TOKEN_PARAM}={t}; Path=/; HttpOnly; SameSite=Lax");
+        if let Ok(v) = HeaderValue::from_str(&c) {
+            parts.headers.append(header::SET_COOKIE, v);
         }
     }
     // The sandbox counts as busy while its answer streams.
@@ -266,6 +323,7 @@ fn rewrite(req: Request, rest: &str, port: u16, route: Route, by_key: bool) -> h
     let upgrade = h.contains_key(header::UPGRADE);
     strip_hop_by_hop(h, upgrade);
     h.remove(TOKEN_HEADER);
+    h.remove(DAYTONA_TOKEN_HEADER);
     h.remove(E2B_TRAFFIC_HEADER);
     if by_key {
         h.remove(header::AUTHORIZATION);
@@ -335,5 +393,46 @@ mod tests {
         assert_eq!(h.get("cookie").unwrap(), "a=1; b=2");
         assert_eq!(h.get("host").unwrap(), "localhost:80");
         assert_eq!(h.get("x-forwarded-host").unwrap(), "127.0.0.1:7171");
+    }
+
+    #[test]
+    fn a_token_may_lead_the_path() {
+        let t = format!("gbp_{}", "0a".repeat(32));
+        assert_eq!(path_token(&format!("/{t}/api/x")), Some((t.as_str(), "/api/x")));
+        assert_eq!(path_token(&format!("/{t}.vercel.run/api/x")), Some((t.as_str(), "/api/x")));
+        assert_eq!(path_token(&format!("/{t}.vercel.run")), Some((t.as_str(), "/")));
+        assert_eq!(path_token(&format!("/{t}/")), Some((t.as_str(), "/")));
+        let signed = format!("gbs_1700000000_{}_{}", "c".repeat(16), "b".repeat(64));
+        assert_eq!(path_token(&format!("/{signed}/a")), Some((signed.as_str(), "/a")));
+        for other in [
+            "/".to_string(),
+            "/api/x".to_string(),
+            format!("/api/{t}"),
+            format!("/{t}x/a"),
+            format!("/{t}.vercel.app/a"),
+            format!("/{}/a", t.to_uppercase()),
+            format!("/x{t}"),
+        ] {
+            assert_eq!(path_token(&other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_found_where_each_front_end_puts_them() {
+        let t = format!("gbp_{}", "0a".repeat(32));
+        let req = Request::builder()
+            .uri(format!("/{t}.vercel.run/x?gb_token=q"))
+            .header("x-daytona-preview-token", "d")
+            .header("cookie", "gb_token=c")
+            .body(Body::empty())
+            .unwrap();
+        let found = presented_tokens(&req, Route::Host);
+        let want = [("d", Carrier::Header), ("q", Carrier::Query), (t.as_str(), Carrier::Path), ("c", Carrier::Cookie)];
+        assert_eq!(found.iter().map(|(t, c)| (t.as_str(), *c)).collect::<Vec<_>>(), want);
+        let by_path = presented_tokens(&req, Route::Path);
+        assert_eq!(by_path.len(), 2, "the path route takes no path segment or cookie");
+        let out = rewrite(req, "/x", 80, Route::Host, false);
+        assert_eq!(out.uri(), "/x");
+        assert!(out.headers().get("x-daytona-preview-token").is_none() && out.headers().get("cookie").is_none());
     }
 }

@@ -29,6 +29,7 @@ impl Manager {
         sb.meter.finish(sb.stats().as_ref());
         self.tenants.release(&sb.tenant, &sb.limits);
         self.tenants.ended(id, &sb.tenant);
+        self.ports.forget(id);
         let announced: Vec<_> = self.observers.iter().filter_map(|o| o.ended(&sb, reason, detail)).collect();
         self.registry.remember(id, reason);
         self.metrics.ended(reason);

@@ -13,6 +13,7 @@
 
 mod commands;
 mod files;
+mod ports;
 #[cfg(test)]
 mod router_tests;
 mod sandboxes;

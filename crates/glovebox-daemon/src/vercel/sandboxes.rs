@@ -15,7 +15,7 @@ use glovebox_proto::api::{
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{body, check_key, now_ms, sandbox, ApiError, Vercel, CWD};
+use super::{body, check_key, now_ms, ports, sandbox, ApiError, Vercel, CWD};
 use crate::util::parse_rfc3339;
 
 /// Vercel's default sandbox lifetime (5 minutes), in ms.
@@ -39,7 +39,7 @@ struct Res {
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
 struct NewSandbox {
-    ports: Option<Vec<u16>>,
+    ports: Option<Value>,
     source: Option<Value>,
     timeout: Option<u64>,
     resources: Option<Res>,
@@ -288,14 +288,22 @@ fn sandbox_view(s: &Sandbox, status_override: Option<&str>) -> Value {
     v
 }
 
-fn full(s: &Sandbox) -> Value {
-    json!({ "sandbox": sandbox_view(s, None), "session": session(s, None), "routes": [] })
+fn full(st: &Vercel, h: &HeaderMap, s: &Sandbox) -> Value {
+    json!({ "sandbox": sandbox_view(s, None), "session": session(s, None), "routes": ports::routes(st, h, &s.id) })
+}
+
+/// A request's `ports`, checked (none given: none).
+fn ports_of(v: &Option<Value>) -> Result<Option<Vec<u16>>, ApiError> {
+    match v {
+        Some(v) if !v.is_null() => ports::parse(v).map(Some),
+        _ => Ok(None),
+    }
 }
 
 pub async fn create(State(st): State<Vercel>, h: HeaderMap, b: Bytes) -> Result<Response, ApiError> {
     let caller = check_key(&st, &h)?;
     let req: NewSandbox = body(&b)?;
-    refuse_if(req.ports.as_ref().is_some_and(|p| !p.is_empty()), "exposing ports")?;
+    let exposed = ports_of(&req.ports)?;
     refuse_if(is_set(&req.source), "a source (git, tarball or snapshot)")?;
     refuse_if(req.name.as_ref().is_some_and(|n| !n.is_empty()), "naming a sandbox (its name is its Glovebox id)")?;
     refuse_if(req.persistent == Some(true), "a persistent sandbox (stop ends it; pass persistent: false)")?;
@@ -355,7 +363,10 @@ pub async fn create(State(st): State<Vercel>, h: HeaderMap, b: Bytes) -> Result<
         m.destroy(&sb.id, EndReason::Error).await;
         return Err(e.into());
     }
-    Ok(axum::Json(full(&sb.view())).into_response())
+    if let Some(p) = exposed {
+        ports::set(&st, &sb.id, &p)?;
+    }
+    Ok(axum::Json(full(&st, &h, &sb.view())).into_response())
 }
 
 pub async fn get_one(State(st): State<Vercel>, h: HeaderMap, Path(name): Path<String>) -> Result<Response, ApiError> {
@@ -364,12 +375,12 @@ pub async fn get_one(State(st): State<Vercel>, h: HeaderMap, Path(name): Path<St
         410 => ApiError::new(axum::http::StatusCode::NOT_FOUND, "sandbox_not_found", e.message),
         _ => e,
     })?;
-    Ok(axum::Json(full(&sb.view())).into_response())
+    Ok(axum::Json(full(&st, &h, &sb.view())).into_response())
 }
 
 pub async fn get_session(State(st): State<Vercel>, h: HeaderMap, Path(id): Path<String>) -> Result<Response, ApiError> {
     let s = sandbox(&st, &h, &id)?.view();
-    Ok(axum::Json(json!({ "session": session(&s, None), "routes": [] })).into_response())
+    Ok(axum::Json(json!({ "session": session(&s, None), "routes": ports::routes(&st, &h, &id) })).into_response())
 }
 
 pub async fn list(State(st): State<Vercel>, h: HeaderMap) -> Result<Response, ApiError> {
@@ -393,7 +404,7 @@ struct Update {
     network_policy: Option<Value>,
     network_id: Option<Value>,
     tags: Option<Value>,
-    ports: Option<Vec<u16>>,
+    ports: Option<Value>,
     snapshot_expiration: Option<Value>,
     keep_last_snapshots: Option<Value>,
     current_snapshot_id: Option<Value>,
@@ -415,7 +426,6 @@ pub async fn update(
     refuse_if(u.persistent == Some(true), "a persistent sandbox")?;
     refuse_if(is_set(&u.resources), "changing resources of a running sandbox")?;
     refuse_if(is_set(&u.tags), "changing tags")?;
-    refuse_if(u.ports.as_ref().is_some_and(|p| !p.is_empty()), "exposing ports")?;
     refuse_if(is_set(&u.network_id), "networkId")?;
     refuse_if(
         is_set(&u.snapshot_expiration) || is_set(&u.keep_last_snapshots) || is_set(&u.current_snapshot_id),
@@ -433,10 +443,15 @@ pub async fn update(
     if u.timeout.is_some_and(|t| t == 0 || t > MAX_TIMEOUT_S * 1000) {
         return Err(ApiError::bad(format!("timeout must be between 1 and {} ms", MAX_TIMEOUT_S * 1000)));
     }
+    let exposed = ports_of(&u.ports)?;
     if let Some(np) = np {
         st.app.manager.set_network(&sb.id, np).await?;
     }
-    Ok(axum::Json(json!({ "sandbox": sandbox_view(&sb.view(), None), "routes": [] })).into_response())
+    if let Some(p) = exposed {
+        ports::set(&st, &sb.id, &p)?;
+    }
+    let routes = ports::routes(&st, &h, &sb.id);
+    Ok(axum::Json(json!({ "sandbox": sandbox_view(&sb.view(), None), "routes": routes })).into_response())
 }
 
 /// A lifetime of `ms` from the sandbox's creation, as Vercel counts it.

@@ -47,9 +47,9 @@ e = raises(
     "an unsupported option is refused, not ignored",
     DaytonaError,
     daytona.create,
-    CreateSandboxFromSnapshotParams(public=True),
+    CreateSandboxFromSnapshotParams(os_user="someone"),
 )
-check("...naming it", "public previews is not supported" in str(e), str(e))
+check("...naming it", "choosing the OS user is not supported" in str(e), str(e))
 e = raises("a bad key is the SDK's authentication error", DaytonaAuthenticationError, Daytona(DaytonaConfig(api_key="nope", api_url=env("DAYTONA_API_URL"))).create)
 check("...a 401", e.status_code == 401, e.status_code)
 

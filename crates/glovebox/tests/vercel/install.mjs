@@ -2,21 +2,12 @@
 // (allow-all) installs a package from the public npm registry, then a live update to
 // deny-all cuts it off while the installed package keeps working. Prints `ok:` lines.
 import { APIError, Sandbox } from "@vercel/sandbox";
+import { check, done } from "./checks.mjs";
 
 const GLOVEBOX = process.env.GLOVEBOX_URL;
 const glovebox = (url, { dispatcher, ...init } = {}) =>
   fetch(String(url).replace("https://vercel.com/api", `${GLOVEBOX}/vercel`), init);
 const creds = { token: process.env.GLOVEBOX_API_KEY, teamId: "glovebox", projectId: "glovebox", fetch: glovebox };
-
-let checks = 0;
-function check(name, cond, detail) {
-  if (!cond) {
-    console.log(`FAIL: ${name}`, detail === undefined ? "" : JSON.stringify(detail));
-    process.exit(1);
-  }
-  checks++;
-  console.log(`ok: ${name}`);
-}
 
 const sandbox = await Sandbox.create({ ...creds, runtime: "node22", persistent: false });
 try {
@@ -59,4 +50,4 @@ try {
 }
 const stopped = await Sandbox.get({ ...creds, name: sandbox.name }).catch((e) => e);
 check("a stopped sandbox is gone (404 APIError)", stopped instanceof APIError && stopped.response.status === 404);
-console.log(`vercel ${checks} checks ok`);
+done("install");

@@ -6,22 +6,13 @@
 // GLOVEBOX_TEST_SECRET (a credential only the broker may send).
 import { existsSync, readFileSync } from "node:fs";
 import { APIError, Sandbox, Snapshot } from "@vercel/sandbox";
+import { check, done, sdkError } from "./checks.mjs";
 
 // --- The configuration (docs/vercel.md) ---
 const GLOVEBOX = process.env.GLOVEBOX_URL;
 const glovebox = (url, { dispatcher, ...init } = {}) =>
   fetch(String(url).replace("https://vercel.com/api", `${GLOVEBOX}/vercel`), init);
 const creds = { token: process.env.GLOVEBOX_API_KEY, teamId: "glovebox", projectId: "glovebox", fetch: glovebox };
-
-let checks = 0;
-function check(name, cond, detail) {
-  if (!cond) {
-    console.log(`FAIL: ${name}`, detail === undefined ? "" : JSON.stringify(detail));
-    process.exit(1);
-  }
-  checks++;
-  console.log(`ok: ${name}`);
-}
 
 // --- The seed program, unchanged but for `...creds` ---
 async function runCode(code, budgetMs) {
@@ -63,14 +54,6 @@ const poll = async (what, f, ms = 10_000) => {
     if (v) return v;
     if (Date.now() > end) return v;
     await new Promise((r) => setTimeout(r, 100));
-  }
-};
-const sdkError = async (f) => {
-  try {
-    await f();
-    return null;
-  } catch (e) {
-    return e;
   }
 };
 const isClientError = (e) => e instanceof APIError && e.response.status >= 400 && e.response.status < 500;
@@ -225,7 +208,7 @@ console.log(`over-budget runCode rejected after ${Date.now() - t} ms (budget 100
 for (const [what, params] of [
   ["an unknown runtime", { runtime: "ruby3.3" }],
   ["a persistent sandbox", { persistent: true }],
-  ["exposed ports", { ports: [3000] }],
+  ["a port out of range", { ports: [70000] }],
   ["too many vCPUs", { resources: { vcpus: 1000 } }],
   ["a forwarding rule", { networkPolicy: { allow: { "a.test": [{ forwardURL: "https://b.test" }] } } }],
 ]) {
@@ -237,4 +220,4 @@ check("get of an unknown sandbox: 404 APIError", missing instanceof APIError && 
 const badKey = await sdkError(() => Sandbox.create({ ...creds, token: "wrong", persistent: false }));
 check("a wrong key: 4xx APIError", isClientError(badKey), String(badKey));
 
-console.log(`vercel ${checks} checks ok`);
+done("sdk");
