@@ -413,6 +413,8 @@ pub fn assert_no_leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) {
 /// A `glovebox serve` of our own.
 pub struct Daemon {
     pub url: String,
+    /// The router-facing listener's URL, for a daemon started with one.
+    pub router_url: Option<String>,
     pub key: String,
     /// The value of `GLOVEBOX_TEST_CANARY` in the daemon's environment.
     pub canary: String,
@@ -441,6 +443,8 @@ thread_local! {
     static KEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Start the daemon with an empty prebuilt-templates dir (as before any template build).
     static NO_TEMPLATES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Start the daemon with a router-facing listener (`--router-listen`) too.
+    static ROUTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Shell commands run before the daemon is exec'd (empty: it is started directly).
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
 }
@@ -487,6 +491,15 @@ impl Daemon {
         d
     }
 
+    /// A daemon with the router-facing listener for agent-sandbox's router on a loopback
+    /// port of its own (`router_url`).
+    pub fn start_with_router() -> Daemon {
+        ROUTER.with(|k| k.set(true));
+        let d = Daemon::start();
+        ROUTER.with(|k| k.set(false));
+        d
+    }
+
     /// A daemon that finds no prebuilt template (`GLOVEBOX_TEMPLATES_DIR` empty), whatever
     /// the environment of the test run has built.
     pub fn start_without_templates() -> Daemon {
@@ -528,6 +541,9 @@ impl Daemon {
             if NO_TEMPLATES.with(|k| k.get()) {
                 command.env("GLOVEBOX_TEMPLATES_DIR", data_dir.join("no-prebuilt-templates"));
             }
+            let router_port = ROUTER
+                .with(|k| k.get())
+                .then(|| TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port());
             let mut child = command
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&data_dir)
@@ -535,6 +551,7 @@ impl Daemon {
                 // Tests start many daemons on 2 cores: no warm pool unless a test asks.
                 .args(["--warm-pool", &warm_pool().to_string()])
                 .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
+                .args(router_port.iter().flat_map(|p| ["--router-listen".to_string(), format!("127.0.0.1:{p}")]))
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
@@ -573,6 +590,7 @@ impl Daemon {
                     return Daemon {
                         pid: child.id(),
                         url,
+                        router_url: router_port.map(|p| format!("http://127.0.0.1:{p}")),
                         key,
                         canary,
                         data_dir,
