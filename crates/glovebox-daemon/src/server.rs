@@ -134,6 +134,24 @@ async fn accept_if(
     }
 }
 
+/// Drives hyper connection `conn` until it ends or `close` says the daemon shuts down; then
+/// it finishes the request in flight (the caller bounds that by `SHUTDOWN_GRACE`). A macro:
+/// hyper's HTTP/1 (with upgrades) and HTTP/2 connections share no trait for this.
+macro_rules! until_closed {
+    ($conn:expr, $close:ident) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => {}
+            _ = $close.changed() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+        drop($close);
+    }};
+}
+
 /// Serves one HTTP/1.1 connection with `app` until it closes or the daemon shuts down (then
 /// the request in flight gets `SHUTDOWN_GRACE`).
 async fn serve_http1(app: axum::Router, tcp: tokio::net::TcpStream, mut close: tokio::sync::watch::Receiver<()>) {
@@ -150,16 +168,7 @@ async fn serve_http1(app: axum::Router, tcp: tokio::net::TcpStream, mut close: t
     let mut b = hyper::server::conn::http1::Builder::new();
     b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     // Upgrades: a WebSocket to a sandbox's exposed port is spliced through.
-    let conn = b.serve_connection(TokioIo::new(tcp), svc).with_upgrades();
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = close.changed() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
-    drop(close);
+    until_closed!(b.serve_connection(TokioIo::new(tcp), svc).with_upgrades(), close);
 }
 
 /// The client preface every HTTP/2 prior-knowledge connection opens with (RFC 9113 §3.4).
@@ -212,16 +221,7 @@ async fn serve_grpc(
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .keep_alive_interval(std::time::Duration::from_secs(30));
-    let conn = b.serve_connection(TokioIo::new(tcp), svc);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = close.changed() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
-    drop(close);
+    until_closed!(b.serve_connection(TokioIo::new(tcp), svc), close);
 }
 
 #[cfg(test)]

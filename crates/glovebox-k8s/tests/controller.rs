@@ -102,6 +102,12 @@ impl ApiServer {
     }
 }
 
+/// A kube client whose API server is the returned script handle.
+fn mock_client() -> (Client, ApiServer) {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(svc, "default"), ApiServer(handle))
+}
+
 const CLAIMS: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team-a/sandboxclaims";
 const POOL: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team-a/sandboxwarmpools/python";
 const TEMPLATE: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team-a/sandboxtemplates/python";
@@ -194,8 +200,7 @@ fn node(name: &str, ip: &str) -> NodeTarget {
 /// Nodes n1 (10.244.1.7, 3 running) and n2 (10.244.2.3, 1 running), both up; n2 lists
 /// `on_n2`; the listing was taken now (after any bound-at above).
 fn setup(on_n2: &[(&str, &str)]) -> (Arc<Ctx<FakeDaemons>>, ApiServer, FakeDaemons) {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(svc, "default");
+    let (client, api) = mock_client();
     let fake = FakeDaemons::default();
     let ctx = Ctx::new(client, fake.clone(), config());
     {
@@ -220,7 +225,7 @@ fn setup(on_n2: &[(&str, &str)]) -> (Arc<Ctx<FakeDaemons>>, ApiServer, FakeDaemo
             SystemTime::now(),
         );
     }
-    (Arc::new(ctx), ApiServer(handle), fake)
+    (Arc::new(ctx), api, fake)
 }
 
 /// Runs one reconcile of `claim` beside the API server's `script`, both bounded.
@@ -541,6 +546,11 @@ mod leader {
                "spec": spec})
     }
 
+    /// The Lease as pod-a's write left it (15 s).
+    fn ours(rv: &str, transitions: i64) -> Value {
+        lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", rv, 15, transitions)
+    }
+
     fn lease_not_found() -> Value {
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                "message": "leases.coordination.k8s.io \"glovebox-controller\" not found", "reason": "NotFound",
@@ -554,9 +564,8 @@ mod leader {
     }
 
     fn mine() -> (Leader, ApiServer) {
-        let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(svc, "default");
-        (Leader::new(client, LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a")), ApiServer(handle))
+        let (client, api) = mock_client();
+        (Leader::new(client, LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a")), api)
     }
 
     async fn step<F: std::future::Future<Output = ()>>(l: &mut Leader, at: TokioInstant, script: F) -> Role {
@@ -569,14 +578,7 @@ mod leader {
         let (mut l, mut api) = mine();
         let script = async {
             api.expect("GET", LEASE, 404, lease_not_found()).await;
-            let made = api
-                .expect(
-                    "POST",
-                    &format!("{LEASES}?"),
-                    201,
-                    lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", "801", 15, 0),
-                )
-                .await;
+            let made = api.expect("POST", &format!("{LEASES}?"), 201, ours("801", 0)).await;
             let s = &made["spec"];
             assert_eq!((s["holderIdentity"].as_str(), s["leaseDurationSeconds"].as_i64()), (Some("pod-a"), Some(15)));
             assert_eq!(s["leaseTransitions"], 0);
@@ -592,14 +594,7 @@ mod leader {
         let script = async {
             let old = "2026-12-07T04:10:00.000000Z";
             api.expect("GET", LEASE, 200, lease(Some("pod-a"), old, "900", 15, 2)).await;
-            let put = api
-                .expect(
-                    "PUT",
-                    &format!("{LEASE}?"),
-                    200,
-                    lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", "901", 15, 2),
-                )
-                .await;
+            let put = api.expect("PUT", &format!("{LEASE}?"), 200, ours("901", 2)).await;
             assert_eq!(put["metadata"]["resourceVersion"], "900", "optimistic concurrency");
             assert_eq!(put["spec"]["holderIdentity"], "pod-a");
             assert_ne!(put["spec"]["renewTime"], old, "a new renewTime");
@@ -623,14 +618,7 @@ mod leader {
         }
         let script = async {
             api.expect("GET", LEASE, 200, held()).await;
-            let put = api
-                .expect(
-                    "PUT",
-                    &format!("{LEASE}?"),
-                    200,
-                    lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", "951", 15, 4),
-                )
-                .await;
+            let put = api.expect("PUT", &format!("{LEASE}?"), 200, ours("951", 4)).await;
             assert_eq!(put["metadata"]["resourceVersion"], "950");
             let s = &put["spec"];
             assert_eq!((s["holderIdentity"].as_str(), s["leaseTransitions"].as_i64()), (Some("pod-a"), Some(4)));
@@ -733,14 +721,13 @@ mod leader {
     /// API server down); checks what any loss of the Lease must do, and returns the passes
     /// the "controller" made and the requests seen.
     async fn elected(down: bool, want: &str) -> (u64, Vec<String>) {
-        let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(svc, "default");
+        let (client, api) = mock_client();
         let mut cfg = LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a");
         cfg.duration = Duration::from_secs(1);
         cfg.renew_deadline = Duration::from_millis(600);
         cfg.retry = Duration::from_millis(100);
         let took = Arc::new(Mutex::new(None));
-        let cluster = tokio::spawn(scripted_cluster(ApiServer(handle), 3, down, took.clone()));
+        let cluster = tokio::spawn(scripted_cluster(api, 3, down, took.clone()));
 
         // The "controller": counts its passes; records when it started and that it was dropped.
         let started: Arc<Mutex<Option<TokioInstant>>> = Arc::default();
@@ -782,20 +769,12 @@ mod leader {
 
     #[tokio::test]
     async fn a_leader_that_stops_releases_the_lease() {
-        let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let client = Client::new(svc, "default");
+        let (client, mut api) = mock_client();
         let cfg = LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a");
-        let mut api = ApiServer(handle);
         let script = async {
             api.expect("GET", LEASE, 404, lease_not_found()).await;
-            api.expect(
-                "POST",
-                &format!("{LEASES}?"),
-                201,
-                lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", "801", 15, 0),
-            )
-            .await;
-            api.expect("GET", LEASE, 200, lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", "801", 15, 0)).await;
+            api.expect("POST", &format!("{LEASES}?"), 201, ours("801", 0)).await;
+            api.expect("GET", LEASE, 200, ours("801", 0)).await;
             let put = api
                 .expect("PUT", &format!("{LEASE}?"), 200, lease(None, "2026-12-07T04:20:00.000000Z", "802", 15, 0))
                 .await;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{poll, run_bounded, Daemon};
+use common::{poll, run_checks, sandboxd_sdk_python, Daemon};
 use glovebox_k8s::reconcile::{request, Backing, ClaimView};
 use glovebox_k8s::settings::Settings;
 use reqwest::Method;
@@ -25,15 +25,6 @@ use serde_json::{json, Value};
 
 fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sandboxd")
-}
-
-/// The SDK's venv (the sandboxd test's, pinned in its setup.sh).
-fn venv() -> PathBuf {
-    let dest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
-    let out =
-        run_bounded(Command::new("bash").arg(scripts().join("setup.sh")).arg(&dest), None, Duration::from_secs(600));
-    assert_eq!(out.code(), Some(0), "setup.sh failed:\n{}\n{}", out.stdout_str(), out.stderr_str());
-    dest.join("sandboxd-venv")
 }
 
 /// What the controller sends a node for claim `namespace/name`, with `CLAIM` in the
@@ -75,7 +66,7 @@ const DEMO: &str = "demo.team-a.svc.cluster.local:8888";
 #[test]
 fn the_sdk_reaches_claims_sandboxes_through_the_router_hop() {
     require_root!();
-    let py = venv().join("bin/python");
+    let py = sandboxd_sdk_python();
     let d = Daemon::start_with_router();
     let a = d.create(controller_create("team-a", "demo"));
     let b = d.create(controller_create("team-b", "demo"));
@@ -93,30 +84,9 @@ fn the_sdk_reaches_claims_sandboxes_through_the_router_hop() {
     // The SDK through the stand-in routers.
     let listener = d.router_url.as_deref().unwrap().trim_start_matches("http://").to_string();
     let mut cmd = Command::new(&py);
-    cmd.arg("-u")
-        .arg(scripts().join("router_hop.py"))
-        .env("GLOVEBOX_ROUTER_LISTENER", &listener)
-        .env("KUBECONFIG", "/dev/null")
-        .env("NO_PROXY", "127.0.0.1,localhost")
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .env_remove("ALL_PROXY");
-    let out = run_bounded(&mut cmd, None, Duration::from_secs(300));
-    let stdout = out.stdout_str();
-    assert_eq!(
-        out.code(),
-        Some(0),
-        "router_hop.py failed after {:?}:\n--- stdout\n{stdout}\n--- stderr\n{}\n--- daemon log\n{}",
-        out.elapsed,
-        out.stderr_str(),
-        d.log()
-    );
-    assert!(stdout.lines().any(|l| l.starts_with("router hop: ") && l.ends_with("checks ok")), "{stdout}");
-    let oks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
+    cmd.arg("-u").arg(scripts().join("router_hop.py")).env("GLOVEBOX_ROUTER_LISTENER", &listener);
+    let (stdout, oks) = run_checks(&d, &mut cmd, "router hop: ");
     assert!(oks >= 18, "router_hop.py ran {oks} checks:\n{stdout}");
-    eprintln!("{stdout}router_hop.py: {oks} checks in {:?}", out.elapsed);
 
     // What the SDK wrote is in claim team-a/demo's sandbox, as its API shows.
     // (The last write was the Go router's: 256 × 17 bytes and its label.)

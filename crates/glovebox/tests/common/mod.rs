@@ -113,6 +113,48 @@ macro_rules! require_root {
     };
 }
 
+/// `cmd` with nothing from the environment that could send its traffic elsewhere: no proxy
+/// variables (loopback named as never proxied) and no kubeconfig of the user's.
+pub fn loopback_only(cmd: &mut Command) -> &mut Command {
+    cmd.env("KUBECONFIG", "/dev/null")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("ALL_PROXY")
+}
+
+/// The pinned `k8s-agent-sandbox` SDK's Python (`tests/sandboxd/setup.sh`, cached under
+/// target/), for the tests that drive it.
+pub fn sandboxd_sdk_python() -> PathBuf {
+    let dest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sandboxd/setup.sh");
+    let out = run_bounded(Command::new("bash").arg(setup).arg(&dest), None, Duration::from_secs(600));
+    assert_eq!(out.code(), Some(0), "setup.sh failed:\n{}\n{}", out.stdout_str(), out.stderr_str());
+    dest.join("sandboxd-venv/bin/python")
+}
+
+/// Runs check script `cmd` (Python printing one `ok: …` line a check and, at the end, a line
+/// `{done} N checks ok`), reaching loopback only; on failure, panics with its output and the
+/// daemon's log. Returns its stdout and the number of checks that passed.
+pub fn run_checks(d: &Daemon, cmd: &mut Command, done: &str) -> (String, usize) {
+    let out = run_bounded(loopback_only(cmd), None, Duration::from_secs(300));
+    let stdout = out.stdout_str();
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "{cmd:?} failed after {:?}:\n--- stdout\n{stdout}\n--- stderr\n{}\n--- daemon log\n{}",
+        out.elapsed,
+        out.stderr_str(),
+        d.log()
+    );
+    assert!(stdout.lines().any(|l| l.starts_with(done) && l.ends_with("checks ok")), "did not finish:\n{stdout}");
+    let oks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
+    eprintln!("{stdout}{oks} checks in {:?}", out.elapsed);
+    (stdout, oks)
+}
+
 /// A random lowercase token, from the kernel's randomness (no extra crates).
 pub fn rand_token(len: usize) -> String {
     let mut buf = vec![0u8; len];

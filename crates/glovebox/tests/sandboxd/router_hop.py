@@ -27,27 +27,20 @@ import io
 import json
 import os
 import re
-import statistics
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kubernetes
 
-from k8s_agent_sandbox import SandboxRequestError
 from k8s_agent_sandbox.k8s_helper import K8sHelper
 from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 from k8s_agent_sandbox.sandbox import Sandbox
 
+import sdkcheck
+from sdkcheck import expect_status, ok, p50_ms
+
 LISTENER = os.environ["GLOVEBOX_ROUTER_LISTENER"]
 LISTENER_HOST, LISTENER_PORT = LISTENER.rsplit(":", 1)
-checks = 0
-
-
-def ok(what):
-    global checks
-    checks += 1
-    print(f"ok: {what}", flush=True)
 
 
 # --- the stand-ins --------------------------------------------------------------------------
@@ -193,15 +186,6 @@ def connect(router, name, namespace):
                    k8s_helper=K8sHelper(api_client=api))
 
 
-def expect_status(status, fn):
-    try:
-        fn()
-    except SandboxRequestError as e:
-        assert e.status_code == status, (e.status_code, e.response.text if e.response is not None else None)
-        return e
-    raise AssertionError(f"expected HTTP {status}")
-
-
 # --- through each router --------------------------------------------------------------------
 
 for label, router, cls in [("python router", PY_ROUTER, PythonRouter), ("go router", GO_ROUTER, GoRouter)]:
@@ -258,14 +242,10 @@ r = sb.commands.run("sleep 30", command_timeout=1)
 assert r.timed_out, r
 ok("command_timeout through the router: the command is killed and reported timed_out")
 
-times = []
-for _ in range(20):
-    t0 = time.monotonic()
-    assert sb.commands.run("true").exit_code == 0
-    times.append(time.monotonic() - t0)
-print(f"round trip commands.run('true') through the stand-in router: p50 {statistics.median(times) * 1000:.1f} ms")
+p50 = p50_ms(lambda: sb.commands.run("true"))
+print(f"round trip commands.run('true') through the stand-in router: p50 {p50:.1f} ms")
 
 for srv, _ in servers:
     srv.shutdown()
     srv.server_close()
-print(f"router hop: {checks} checks ok", flush=True)
+print(f"router hop: {sdkcheck.checks} checks ok", flush=True)
