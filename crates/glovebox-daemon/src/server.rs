@@ -1,5 +1,5 @@
-//! Running the daemon: API key, agent binary discovery, the front-ends behind one listener,
-//! graceful shutdown.
+//! Running the daemon: API key, agent binary discovery, the front-ends behind one listener
+//! (and the opt-in router-facing listener beside it), graceful shutdown.
 
 use std::fs;
 use std::io::Write;
@@ -62,72 +62,59 @@ pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// How long shutdown waits for requests in flight.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Serves the API on `listener` until `shutdown` resolves, then lets requests in flight
-/// finish (bounded by `SHUTDOWN_GRACE`).
+/// Serves the API on `listener` (and, when given, the router-facing listener on `router`:
+/// `sandboxd::router_app`, nothing else) until `shutdown` resolves, then lets requests in
+/// flight finish (bounded by `SHUTDOWN_GRACE`).
 ///
 /// An HTTP/1.1 server with a header-read timeout, so a client that trickles its headers
-/// cannot hold a connection forever (and, for connections that open with the HTTP/2
-/// preface, the Modal front-end's gRPC over HTTP/2);
-/// TCP_NODELAY, so small replies are never held back.
+/// cannot hold a connection forever (and, for connections to `listener` that open with the
+/// HTTP/2 preface, the gRPC front-ends over HTTP/2); TCP_NODELAY, so small replies are never
+/// held back.
 pub async fn serve(
     manager: Arc<Manager>,
     listener: tokio::net::TcpListener,
+    router: Option<tokio::net::TcpListener>,
     api_key: String,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use tower::ServiceExt;
     let state = AppState { manager, api_key: Arc::new(api_key) };
     let app = app(state.clone());
+    let routed = crate::sandboxd::router_app(state.clone());
     let modal = crate::modal::Modal::new(state.clone());
     let sandboxd = crate::sandboxd::Sandboxd::new(state);
     let (close_tx, close_rx) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
-        let tcp = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of fds and the like: back off instead of spinning.
-                    tracing::warn!("accept: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (accepted, from_router) = tokio::select! {
+            r = listener.accept() => (r, false),
+            r = accept_if(router.as_ref()) => (r, true),
             _ = &mut shutdown => break,
         };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of fds and the like: back off instead of spinning.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
-        let mut close = close_rx.clone();
+        let close = close_rx.clone();
+        if from_router {
+            tokio::spawn(serve_http1(routed.clone(), tcp, close));
+            continue;
+        }
         let grpc = (modal.clone(), sandboxd.clone());
         let app = app.clone();
         tokio::spawn(async move {
-            // gRPC (the Modal front-end) opens with the HTTP/2 preface; everything else is
-            // HTTP/1.1.
+            // gRPC (the Modal and sandboxd front-ends) opens with the HTTP/2 preface;
+            // everything else is HTTP/1.1.
             if starts_with_h2_preface(&tcp).await {
                 serve_grpc(grpc, tcp, close).await;
-                return;
+            } else {
+                serve_http1(app, tcp, close).await;
             }
-            let reset = ResetOnClose::default();
-            let tcp = Conn::new(tcp, reset.clone());
-            let svc = app.clone().map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
-                let mut req = req.map(axum::body::Body::new);
-                req.extensions_mut().insert(reset.clone());
-                req
-            });
-            let svc = hyper_util::service::TowerToHyperService::new(svc);
-            let mut b = hyper::server::conn::http1::Builder::new();
-            b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-            // Upgrades: a WebSocket to a sandbox's exposed port is spliced through.
-            let conn = b.serve_connection(TokioIo::new(tcp), svc).with_upgrades();
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = close.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-            drop(close);
         });
     }
     drop(close_rx);
@@ -135,6 +122,53 @@ pub async fn serve(
     let _ = close_tx.send(());
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, close_tx.closed()).await;
     Ok(())
+}
+
+/// The next connection on `l`; never, without one.
+async fn accept_if(
+    l: Option<&tokio::net::TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)> {
+    match l {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Drives hyper connection `conn` until it ends or `close` says the daemon shuts down; then
+/// it finishes the request in flight (the caller bounds that by `SHUTDOWN_GRACE`). A macro:
+/// hyper's HTTP/1 (with upgrades) and HTTP/2 connections share no trait for this.
+macro_rules! until_closed {
+    ($conn:expr, $close:ident) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => {}
+            _ = $close.changed() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+        drop($close);
+    }};
+}
+
+/// Serves one HTTP/1.1 connection with `app` until it closes or the daemon shuts down (then
+/// the request in flight gets `SHUTDOWN_GRACE`).
+async fn serve_http1(app: axum::Router, tcp: tokio::net::TcpStream, mut close: tokio::sync::watch::Receiver<()>) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let reset = ResetOnClose::default();
+    let tcp = Conn::new(tcp, reset.clone());
+    let svc = app.map_request(move |req: axum::http::Request<hyper::body::Incoming>| {
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(reset.clone());
+        req
+    });
+    let svc = hyper_util::service::TowerToHyperService::new(svc);
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    // Upgrades: a WebSocket to a sandbox's exposed port is spliced through.
+    until_closed!(b.serve_connection(TokioIo::new(tcp), svc).with_upgrades(), close);
 }
 
 /// The client preface every HTTP/2 prior-knowledge connection opens with (RFC 9113 §3.4).
@@ -187,16 +221,7 @@ async fn serve_grpc(
         .initial_stream_window_size(4 << 20)
         .initial_connection_window_size(16 << 20)
         .keep_alive_interval(std::time::Duration::from_secs(30));
-    let conn = b.serve_connection(TokioIo::new(tcp), svc);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = close.changed() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
-    }
-    drop(close);
+    until_closed!(b.serve_connection(TokioIo::new(tcp), svc), close);
 }
 
 #[cfg(test)]

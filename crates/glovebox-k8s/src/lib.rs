@@ -4,8 +4,8 @@
 //! DaemonSet in deploy/kubernetes). docs/scale-out.md has the design end to end.
 //!
 //! Layers, each using only those above it:
-//! - `crd`, `load`, `placement`, `settings`: the objects, a node's load from its `/metrics`,
-//!   the choice of node, a template's settings (pure);
+//! - `crd`, `load`, `placement`, `settings`, `lease`: the objects, a node's load from its
+//!   `/metrics`, the choice of node, a template's settings, who leads (pure);
 //! - `cluster`: what is known of the nodes and their health (pure);
 //! - `daemon`: the daemon's HTTP API, behind a trait;
 //! - `reconcile`: the decisions for one claim (pure, with the failure reasons it reports);
@@ -19,6 +19,7 @@ pub mod controller;
 pub mod crd;
 pub mod daemon;
 pub mod driver;
+pub mod lease;
 pub mod load;
 pub mod placement;
 pub mod reconcile;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use glovebox_k8s::controller::leader::{run_elected, LeaseConfig};
 use glovebox_k8s::controller::{self, Config};
 use glovebox_k8s::daemon::HttpDaemons;
 
@@ -43,6 +44,14 @@ struct Args {
     daemon_timeout_s: f64,
     #[arg(long, env = "GLOVEBOX_API_KEY", hide_env_values = true)]
     api_key: String,
+    /// This replica's name in the leader Lease (the pod's name, from the downward API).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Where the leader Lease is: namespace (the pod's own) and name.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "glovebox-system")]
+    lease_namespace: String,
+    #[arg(long, default_value = "glovebox-controller")]
+    lease_name: String,
 }
 
 fn ports(s: &str) -> anyhow::Result<Vec<(String, u16)>> {
@@ -82,6 +91,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let daemons = HttpDaemons::new(a.api_key, seconds(a.daemon_timeout_s, "--daemon-timeout-s")?)?;
     let client = kube::Client::try_default().await.context("kubernetes client (in-cluster or KUBECONFIG)")?;
-    controller::run(client, daemons, cfg).await?;
+    // Only the replica holding the Lease reconciles; the others wait to take over.
+    let identity = match a.identity.filter(|i| !i.is_empty()) {
+        Some(i) => i,
+        None => std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).context("--identity (or POD_NAME)")?,
+    };
+    let lease = LeaseConfig::new(a.lease_namespace, a.lease_name, identity);
+    run_elected(client.clone(), lease, || controller::run(client, daemons, cfg)).await?;
     Ok(())
 }

@@ -102,6 +102,12 @@ impl ApiServer {
     }
 }
 
+/// A kube client whose API server is the returned script handle.
+fn mock_client() -> (Client, ApiServer) {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(svc, "default"), ApiServer(handle))
+}
+
 const CLAIMS: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team-a/sandboxclaims";
 const POOL: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team-a/sandboxwarmpools/python";
 const TEMPLATE: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team-a/sandboxtemplates/python";
@@ -194,8 +200,7 @@ fn node(name: &str, ip: &str) -> NodeTarget {
 /// Nodes n1 (10.244.1.7, 3 running) and n2 (10.244.2.3, 1 running), both up; n2 lists
 /// `on_n2`; the listing was taken now (after any bound-at above).
 fn setup(on_n2: &[(&str, &str)]) -> (Arc<Ctx<FakeDaemons>>, ApiServer, FakeDaemons) {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(svc, "default");
+    let (client, api) = mock_client();
     let fake = FakeDaemons::default();
     let ctx = Ctx::new(client, fake.clone(), config());
     {
@@ -220,7 +225,7 @@ fn setup(on_n2: &[(&str, &str)]) -> (Arc<Ctx<FakeDaemons>>, ApiServer, FakeDaemo
             SystemTime::now(),
         );
     }
-    (Arc::new(ctx), ApiServer(handle), fake)
+    (Arc::new(ctx), api, fake)
 }
 
 /// Runs one reconcile of `claim` beside the API server's `script`, both bounded.
@@ -513,4 +518,270 @@ async fn a_conflicting_write_fails_the_pass_before_anything_is_made() {
     let err = pass(&ctx, claim(json!({}), Value::Null), script).await.unwrap_err();
     assert!(err.contains("the object has been modified"), "{err}");
     assert!(fake.0.calls().is_empty(), "no sandbox without the finalizer");
+}
+
+// ---------------------------------------------------------------------------------------
+// Leader election: the Lease
+// ---------------------------------------------------------------------------------------
+
+mod leader {
+    use super::*;
+    use glovebox_k8s::controller::leader::{run_elected, Leader, LeaseConfig, Role};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use tokio::time::Instant as TokioInstant;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/glovebox-system/leases/glovebox-controller";
+    const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/glovebox-system/leases";
+
+    /// A Lease as the API server returns it.
+    fn lease(holder: Option<&str>, renew: &str, rv: &str, duration_s: i64, transitions: i64) -> Value {
+        let mut spec = json!({"leaseDurationSeconds": duration_s, "acquireTime": "2026-12-07T04:00:00.000000Z",
+                              "renewTime": renew, "leaseTransitions": transitions});
+        if let Some(h) = holder {
+            spec["holderIdentity"] = h.into();
+        }
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "glovebox-controller", "namespace": "glovebox-system", "uid": "3c1f-lease",
+                            "resourceVersion": rv, "creationTimestamp": "2026-12-07T04:00:00Z"},
+               "spec": spec})
+    }
+
+    /// The Lease as pod-a's write left it (15 s).
+    fn ours(rv: &str, transitions: i64) -> Value {
+        lease(Some("pod-a"), "2026-12-07T04:20:00.000000Z", rv, 15, transitions)
+    }
+
+    fn lease_not_found() -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "leases.coordination.k8s.io \"glovebox-controller\" not found", "reason": "NotFound",
+               "details": {"name": "glovebox-controller", "group": "coordination.k8s.io", "kind": "leases"}, "code": 404})
+    }
+
+    fn conflict() -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "Operation cannot be fulfilled on leases.coordination.k8s.io \"glovebox-controller\": the object has been modified; please apply your changes to the latest version and try again",
+               "reason": "Conflict", "code": 409})
+    }
+
+    fn mine() -> (Leader, ApiServer) {
+        let (client, api) = mock_client();
+        (Leader::new(client, LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a")), api)
+    }
+
+    async fn step<F: std::future::Future<Output = ()>>(l: &mut Leader, at: TokioInstant, script: F) -> Role {
+        let run = async { tokio::join!(l.step(at), script).0 };
+        tokio::time::timeout(Duration::from_secs(10), run).await.expect("hung").expect("step")
+    }
+
+    #[tokio::test]
+    async fn the_first_replica_creates_the_lease_and_leads() {
+        let (mut l, mut api) = mine();
+        let script = async {
+            api.expect("GET", LEASE, 404, lease_not_found()).await;
+            let made = api.expect("POST", &format!("{LEASES}?"), 201, ours("801", 0)).await;
+            let s = &made["spec"];
+            assert_eq!((s["holderIdentity"].as_str(), s["leaseDurationSeconds"].as_i64()), (Some("pod-a"), Some(15)));
+            assert_eq!(s["leaseTransitions"], 0);
+            assert!(s["acquireTime"].as_str().is_some_and(|t| t.ends_with('Z')), "{made}");
+            assert_eq!(s["acquireTime"], s["renewTime"]);
+        };
+        assert_eq!(step(&mut l, TokioInstant::now(), script).await, Role::Leader);
+    }
+
+    #[tokio::test]
+    async fn the_leader_renews_against_the_records_version() {
+        let (mut l, mut api) = mine();
+        let script = async {
+            let old = "2026-12-07T04:10:00.000000Z";
+            api.expect("GET", LEASE, 200, lease(Some("pod-a"), old, "900", 15, 2)).await;
+            let put = api.expect("PUT", &format!("{LEASE}?"), 200, ours("901", 2)).await;
+            assert_eq!(put["metadata"]["resourceVersion"], "900", "optimistic concurrency");
+            assert_eq!(put["spec"]["holderIdentity"], "pod-a");
+            assert_ne!(put["spec"]["renewTime"], old, "a new renewTime");
+            assert_eq!(put["spec"]["acquireTime"], "2026-12-07T04:00:00.000000Z", "kept");
+            assert_eq!(put["spec"]["leaseTransitions"], 2, "no transition");
+        };
+        assert_eq!(step(&mut l, TokioInstant::now(), script).await, Role::Leader);
+    }
+
+    #[tokio::test]
+    async fn a_follower_takes_over_only_after_the_record_stayed_the_same_for_its_duration() {
+        let (mut l, mut api) = mine();
+        let t = TokioInstant::now();
+        let held = || lease(Some("pod-b"), "2026-12-07T04:10:00.000000Z", "950", 15, 3);
+        for at in [0, 10, 14] {
+            let script = async {
+                api.expect("GET", LEASE, 200, held()).await;
+            };
+            let role = step(&mut l, t + Duration::from_secs(at), script).await;
+            assert_eq!(role, Role::Follower(Some("pod-b".into())), "at {at} s: no write");
+        }
+        let script = async {
+            api.expect("GET", LEASE, 200, held()).await;
+            let put = api.expect("PUT", &format!("{LEASE}?"), 200, ours("951", 4)).await;
+            assert_eq!(put["metadata"]["resourceVersion"], "950");
+            let s = &put["spec"];
+            assert_eq!((s["holderIdentity"].as_str(), s["leaseTransitions"].as_i64()), (Some("pod-a"), Some(4)));
+            assert_ne!(s["acquireTime"], "2026-12-07T04:00:00.000000Z", "acquired now");
+        };
+        assert_eq!(step(&mut l, t + Duration::from_secs(15), script).await, Role::Leader);
+    }
+
+    #[tokio::test]
+    async fn a_holder_that_renews_is_not_taken_and_a_lost_race_leaves_a_follower() {
+        let (mut l, mut api) = mine();
+        let t = TokioInstant::now();
+        // Renewed between two looks 16 s apart: seen anew, not expired.
+        for (at, renew, rv) in [(0, "2026-12-07T04:10:00.000000Z", "960"), (16, "2026-12-07T04:10:12.000000Z", "961")] {
+            let script = async {
+                api.expect("GET", LEASE, 200, lease(Some("pod-b"), renew, rv, 15, 3)).await;
+            };
+            assert_eq!(step(&mut l, t + Duration::from_secs(at), script).await, Role::Follower(Some("pod-b".into())));
+        }
+        // Then silent for 15 s: taken — but another replica's write lands first.
+        let script = async {
+            api.expect("GET", LEASE, 200, lease(Some("pod-b"), "2026-12-07T04:10:12.000000Z", "961", 15, 3)).await;
+            api.expect("PUT", &format!("{LEASE}?"), 409, conflict()).await;
+        };
+        assert_eq!(step(&mut l, t + Duration::from_secs(31), script).await, Role::Follower(None));
+    }
+
+    /// The API server for `run_elected`: pod-b holds a 1-second Lease, never renewing it;
+    /// pod-a's takeover is accepted, then `renewals` renewals, then pod-c holds it (or, with
+    /// `down`, every request fails). Returns when pod-a took over (through `took`) and the
+    /// requests it answered.
+    async fn scripted_cluster(
+        mut api: ApiServer,
+        renewals: usize,
+        down: bool,
+        took: Arc<Mutex<Option<TokioInstant>>>,
+    ) -> Vec<String> {
+        let mut record = lease(Some("pod-b"), "2026-12-07T04:10:00.000000Z", "970", 1, 5);
+        let mut log = Vec::new();
+        let mut renewed = 0;
+        while let Some((req, send)) = api.0.next_request().await {
+            let method = req.method().to_string();
+            log.push(method.clone());
+            let body = req.into_body().collect_bytes().await.expect("body");
+            let after = renewed >= renewals && took.lock().unwrap().is_some();
+            let (status, answer) = match method.as_str() {
+                _ if after && down => (
+                    500,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                           "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500}),
+                ),
+                "GET" if renewed >= renewals && took.lock().unwrap().is_some() => {
+                    (200, lease(Some("pod-c"), "2026-12-07T05:00:00.000000Z", "999", 1, 7))
+                }
+                "GET" => (200, record.clone()),
+                "PUT" => {
+                    let put: Value = serde_json::from_slice(&body).expect("json");
+                    assert_eq!(put["spec"]["holderIdentity"], "pod-a");
+                    assert_eq!(put["metadata"]["resourceVersion"], record["metadata"]["resourceVersion"]);
+                    if took.lock().unwrap().is_none() {
+                        assert_eq!(put["spec"]["leaseTransitions"], 6, "{put}");
+                        *took.lock().unwrap() = Some(TokioInstant::now());
+                    } else {
+                        renewed += 1;
+                    }
+                    let mut next = put.clone();
+                    let rv: u64 = record["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+                    next["metadata"]["resourceVersion"] = (rv + 1).to_string().into();
+                    record = next.clone();
+                    (200, next)
+                }
+                other => panic!("unexpected {other}"),
+            };
+            let resp = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                .unwrap();
+            send.send_response(resp);
+        }
+        log
+    }
+
+    #[tokio::test]
+    async fn only_the_leader_reconciles_and_it_stops_when_the_lease_is_taken() {
+        let (passes, log) = elected(false, "lost the leader lease: the lease is held by pod-c").await;
+        assert!(passes > 0);
+        assert_eq!(log.iter().filter(|m| *m == "PUT").count(), 4, "one takeover and three renewals: {log:?}");
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_cannot_renew_within_the_deadline_stops() {
+        let (_, log) = elected(true, "lost the leader lease: not renewed for 600ms: kubernetes api: ").await;
+        // Retried every 100 ms until the 600 ms deadline since the last renewal.
+        let failed = log.iter().rev().take_while(|m| *m == "GET").count();
+        assert!((3..=7).contains(&failed), "{failed} failed looks: {log:?}");
+    }
+
+    /// `run_elected` against `scripted_cluster` (three renewals, then the Lease taken or the
+    /// API server down); checks what any loss of the Lease must do, and returns the passes
+    /// the "controller" made and the requests seen.
+    async fn elected(down: bool, want: &str) -> (u64, Vec<String>) {
+        let (client, api) = mock_client();
+        let mut cfg = LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a");
+        cfg.duration = Duration::from_secs(1);
+        cfg.renew_deadline = Duration::from_millis(600);
+        cfg.retry = Duration::from_millis(100);
+        let took = Arc::new(Mutex::new(None));
+        let cluster = tokio::spawn(scripted_cluster(api, 3, down, took.clone()));
+
+        // The "controller": counts its passes; records when it started and that it was dropped.
+        let started: Arc<Mutex<Option<TokioInstant>>> = Arc::default();
+        let passes = Arc::new(AtomicU64::new(0));
+        let dropped = Arc::new(AtomicBool::new(false));
+        struct Dropped(Arc<AtomicBool>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let work = {
+            let (started, passes, dropped) = (started.clone(), passes.clone(), dropped.clone());
+            move || async move {
+                let _guard = Dropped(dropped);
+                *started.lock().unwrap() = Some(TokioInstant::now());
+                loop {
+                    passes.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let t0 = TokioInstant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), run_elected(client, cfg, work)).await.expect("hung");
+        let err = r.expect_err("it stops leading").to_string();
+        assert!(err.starts_with(want), "{err}");
+        let took = took.lock().unwrap().expect("pod-a took the lease over");
+        let started = started.lock().unwrap().expect("the controller ran");
+        assert!(started >= took, "reconciling began only after the takeover was written");
+        assert!(took - t0 >= Duration::from_secs(1), "pod-b's lease was left to expire first: {:?}", took - t0);
+        assert!(dropped.load(Ordering::SeqCst), "the controller is dropped when the lease is lost");
+        let n = passes.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(passes.load(Ordering::SeqCst), n, "nothing of it runs on");
+        let log = cluster.await.expect("cluster");
+        assert!(log.iter().all(|m| m == "GET" || m == "PUT"), "{log:?}");
+        (n, log)
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_stops_releases_the_lease() {
+        let (client, mut api) = mock_client();
+        let cfg = LeaseConfig::new("glovebox-system", "glovebox-controller", "pod-a");
+        let script = async {
+            api.expect("GET", LEASE, 404, lease_not_found()).await;
+            api.expect("POST", &format!("{LEASES}?"), 201, ours("801", 0)).await;
+            api.expect("GET", LEASE, 200, ours("801", 0)).await;
+            let put = api
+                .expect("PUT", &format!("{LEASE}?"), 200, lease(None, "2026-12-07T04:20:00.000000Z", "802", 15, 0))
+                .await;
+            assert_eq!(put["metadata"]["resourceVersion"], "801");
+            assert!(put["spec"].get("holderIdentity").is_none(), "released: {put}");
+        };
+        let run = async { tokio::join!(run_elected(client, cfg, || async { Ok(()) }), script).0 };
+        tokio::time::timeout(Duration::from_secs(10), run).await.expect("hung").expect("ran and stopped");
+    }
 }

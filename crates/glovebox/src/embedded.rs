@@ -71,9 +71,10 @@ impl Embedded {
         let url = format!("http://{}", listener.local_addr()?);
         let key = glovebox_daemon::util::random_token(40);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(glovebox_daemon::server::serve(manager.clone(), listener, key.clone(), async move {
-            let _ = rx.await;
-        }));
+        let task =
+            tokio::spawn(glovebox_daemon::server::serve(manager.clone(), listener, None, key.clone(), async move {
+                let _ = rx.await;
+            }));
         Ok(Embedded { url, key, manager, stop: Some(tx), task })
     }
 

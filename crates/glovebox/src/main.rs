@@ -95,6 +95,11 @@ struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7171", env = "GLOVEBOX_LISTEN")]
     listen: String,
+    /// Also listen here for agent-sandbox's router (Kubernetes): sandboxd and python-runtime
+    /// routes only, the sandbox picked by the Host name `{claim}.{namespace}.svc…`, no API key
+    /// asked (admit only the router to it; docs/scale-out.md). Off by default.
+    #[arg(long, env = "GLOVEBOX_ROUTER_LISTEN", value_name = "ADDR")]
+    router_listen: Option<String>,
     /// Data directory (state, sandboxes' private dirs, the API key).
     #[arg(long, default_value = "/var/lib/glovebox", env = "GLOVEBOX_DATA_DIR")]
     data_dir: PathBuf,
@@ -132,6 +137,9 @@ impl ServeArgs {
         let may = |id: &str| serve_config::file_may_set(m, id);
         if let Some(v) = f.listen.filter(|_| may("listen")) {
             self.listen = v;
+        }
+        if let Some(v) = f.router_listen.filter(|_| may("router_listen")) {
+            self.router_listen = Some(v);
         }
         if let Some(v) = f.data_dir.filter(|_| may("data_dir")) {
             self.data_dir = v;
@@ -439,6 +447,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
     };
     let listener =
         tokio::net::TcpListener::bind(&a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    let router = match &a.router_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--router-listen)"))?,
+        ),
+        None => None,
+    };
     // Only now that key and port are ours: opening the manager boots the warm pool.
     let manager = embedded::open_daemon_manager(
         &a.data_dir,
@@ -449,6 +465,12 @@ async fn serve(a: ServeArgs) -> Result<()> {
         &a.preview_domain,
     )?;
     tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
+    if let Some(r) = &router {
+        tracing::info!(
+            "router-facing listener (no API key: admit only agent-sandbox's router) on http://{}",
+            r.local_addr()?
+        );
+    }
     let m = manager.clone();
     let shutdown = async {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -461,7 +483,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         }
         tracing::info!("shutting down");
     };
-    glovebox_daemon::server::serve(manager, listener, key, shutdown).await?;
+    glovebox_daemon::server::serve(manager, listener, router, key, shutdown).await?;
     if a.destroy_on_exit {
         m.destroy_all(api::EndReason::Killed).await;
     } else {
@@ -697,6 +719,15 @@ mod tests {
         assert_eq!(pick(&[], ""), "localhost");
         assert_eq!(pick(&[], "preview_domain = \"p.example\"\n"), "p.example");
         assert_eq!(pick(&["--preview-domain", "q.example"], "preview_domain = \"p.example\"\n"), "q.example");
+    }
+
+    #[test]
+    fn the_router_listener_is_off_unless_asked_for() {
+        let pick = |argv: &[&str], toml: &str| serve_with(argv, toml).map(|a| a.router_listen).unwrap();
+        assert_eq!(pick(&[], ""), None);
+        assert_eq!(pick(&[], "router_listen = \"0.0.0.0:8888\"\n").as_deref(), Some("0.0.0.0:8888"));
+        let flag = pick(&["--router-listen", "127.0.0.1:9999"], "router_listen = \"0.0.0.0:8888\"\n");
+        assert_eq!(flag.as_deref(), Some("127.0.0.1:9999"));
     }
 
     #[test]

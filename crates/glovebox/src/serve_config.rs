@@ -31,6 +31,7 @@ pub enum ConfigError {
 #[derive(Debug, Default, PartialEq)]
 pub struct FileConfig {
     pub listen: Option<String>,
+    pub router_listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub api_key: Option<String>,
     pub warm_pool: Option<usize>,
@@ -85,6 +86,7 @@ pub fn parse(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
     for (key, item) in doc.as_table().iter() {
         match key {
             "listen" => c.listen = Some(field.string(key, item)?),
+            "router_listen" => c.router_listen = Some(field.string(key, item)?),
             "data_dir" => c.data_dir = Some(PathBuf::from(field.string(key, item)?)),
             "api_key" => c.api_key = Some(field.string(key, item)?),
             "warm_pool" => c.warm_pool = Some(field.count(key, item, 0, 1024)? as usize),
@@ -165,11 +167,12 @@ mod tests {
     fn every_key_parses() {
         let c = parse(
             p(),
-            "listen = \"127.0.0.1:7181\"\ndata_dir = \"/srv/gb\"\nwarm_pool = 0\nlink_pool = 3\n\
-             destroy_on_exit = true\nretention_s = 3600\n[limits]\ncpus = 2\nmemory_mb = 1024\ndisk_mb = 2048\npids = 512\n",
+            "listen = \"127.0.0.1:7181\"\nrouter_listen = \"0.0.0.0:8888\"\ndata_dir = \"/srv/gb\"\nwarm_pool = 0\n\
+             link_pool = 3\ndestroy_on_exit = true\nretention_s = 3600\n[limits]\ncpus = 2\nmemory_mb = 1024\ndisk_mb = 2048\npids = 512\n",
         )
         .unwrap();
         assert_eq!(c.listen.as_deref(), Some("127.0.0.1:7181"));
+        assert_eq!(c.router_listen.as_deref(), Some("0.0.0.0:8888"));
         assert_eq!(c.data_dir, Some(PathBuf::from("/srv/gb")));
         assert_eq!(
             (c.warm_pool, c.link_pool, c.destroy_on_exit, c.retention_s),

@@ -83,6 +83,7 @@ fn the_manifests_validate_against_the_pinned_kubernetes_schemas() {
         "service/",
         "daemonset/",
         "deployment/",
+        "networkpolicy/",
     ] {
         assert!(out.lines().any(|l| l.contains("passed") && l.contains(kind)), "no {kind} passed:\n{out}");
     }
@@ -118,17 +119,20 @@ fn the_daemon_takes_the_configmaps_config() {
     assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
     let toml = o.stdout_str();
     assert!(toml.contains("memory_mb = 1024"), "{toml}");
+    assert!(toml.contains("router_listen = \"0.0.0.0:8888\""), "{toml}");
     fs::write(&config, &toml).expect("config");
 
-    // As the DaemonSet runs it, but on a free loopback port and a scratch data dir (flags
+    // As the DaemonSet runs it, but on free loopback ports and a scratch data dir (flags
     // override the file), without the warm pool, destroying its sandboxes on exit.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let (port, router_port) = (free(), free());
     let key = format!("e2b_{}", rand_hex(20));
     let log = fs::File::create(scratch.path().join("daemon.log")).expect("log");
     let mut child = Command::new(glovebox_bin())
         .args(["serve", "--config"])
         .arg(&config)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--router-listen", &format!("127.0.0.1:{router_port}")])
+        .arg("--data-dir")
         .arg(scratch.path().join("data"))
         .args(["--warm-pool", "0", "--destroy-on-exit"])
         .env("GLOVEBOX_API_KEY", &key)
@@ -155,7 +159,17 @@ fn the_daemon_takes_the_configmaps_config() {
         let v: Value = r.json().map_err(|e| e.to_string())?;
         let id = v["id"].as_str().ok_or(format!("create: {v}"))?.to_string();
         let got = http.get(format!("{url}/v1/sandboxes/{id}")).bearer_auth(&key).send().map_err(|e| e.to_string())?;
-        got.json().map_err(|e| e.to_string())
+        let sb: Value = got.json().map_err(|e| e.to_string())?;
+        // The router-facing listener the ConfigMap turns on answers (a name it does not know).
+        let r = http
+            .get(format!("http://127.0.0.1:{router_port}/v1/health"))
+            .header("host", "nobody.default.svc.cluster.local:8888")
+            .send()
+            .map_err(|e| e.to_string())?;
+        if r.status() != 404 {
+            return Err(format!("router-facing listener: {} {}", r.status(), r.text().unwrap_or_default()));
+        }
+        Ok(sb)
     })();
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let exited = wait_bounded(&mut child, Duration::from_secs(30));

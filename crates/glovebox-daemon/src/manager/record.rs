@@ -244,6 +244,12 @@ impl Sb {
         lock(&self.mutable).metadata.clone()
     }
 
+    /// Whether its labels hold every `(key, value)` of `pairs`.
+    pub fn has_metadata(&self, pairs: &[(&str, &str)]) -> bool {
+        let m = lock(&self.mutable);
+        pairs.iter().all(|(k, v)| m.metadata.get(*k).is_some_and(|have| have == v))
+    }
+
     /// Its idle timeout (`None`: no idle clock).
     pub fn idle_timeout(&self) -> Option<Duration> {
         lock(&self.mutable).idle_timeout

@@ -108,6 +108,11 @@ impl Manager {
         v
     }
 
+    /// The live sandboxes `keep` says yes to.
+    pub fn live_where(&self, keep: impl Fn(&Sb) -> bool) -> Vec<Arc<Sb>> {
+        self.registry.all().into_iter().filter(|s| keep(s)).collect()
+    }
+
     /// The tenant owning sandbox `id` (live or recently ended), if it is known.
     pub fn owner_of(&self, id: &str) -> Option<String> {
         if let Some(sb) = self.registry.live(id) {

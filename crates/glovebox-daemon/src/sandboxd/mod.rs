@@ -14,13 +14,21 @@
 //! - the python-runtime API of the SDK's direct-URL mode (`/execute`, `/upload`,
 //!   `/download/…`, `/list/…`, `/exists/…`).
 //!
-//! Invariants: every request is authenticated with a Glovebox API key (`Authorization:
-//! Bearer …` or `X-API-Key`) before anything else, whatever the listener; a caller only ever
-//! reaches its own tenant's sandboxes (another's answers as one that does not exist); a
-//! process started by `Start` is addressed only through this front-end and only while its
-//! `Start` stream is open (closing the stream kills it, as sandboxd does); a feature refused
+//! A fourth way in, for agent-sandbox's router, which never forwards the caller's key (and
+//! in its Python version drops `X-Sandbox-ID` too): the opt-in router-facing listener
+//! (`by_host`), which picks the sandbox by the `Host` name the router dialed and serves only
+//! the HTTP routes above.
+//!
+//! Invariants: on the daemon's listener every request is authenticated with a Glovebox API
+//! key (`Authorization: Bearer …` or `X-API-Key`) before anything else; on the router-facing
+//! one none is, and nothing but these routes for the admin tenant's claim-named sandboxes is
+//! reachable there (`by_host` says why); a caller only ever reaches its own tenant's
+//! sandboxes (another's answers as one that does not exist); a process started by `Start` is
+//! addressed only through this front-end and only while its `Start` stream is open (closing
+//! the stream kills it, as sandboxd does); a feature refused
 //! is refused by name (gRPC UNIMPLEMENTED or FAILED_PRECONDITION, HTTP 4xx), never a hang.
 
+mod by_host;
 mod paths;
 pub mod pb;
 mod process;
@@ -40,6 +48,7 @@ use crate::http::AppState;
 use crate::manager::Sb;
 use crate::tenants::Caller;
 
+pub use by_host::{router_app, META_NAME, META_NAMESPACE};
 pub use rest::intercept;
 
 /// The header (gRPC: metadata key) naming the sandbox a request is for.

@@ -116,6 +116,12 @@ pub async fn intercept(State(st): State<AppState>, req: Request, next: Next) -> 
             return e.into_response();
         }
     };
+    answer(st, t, req).await
+}
+
+/// Answers a request whose sandbox is found (by `X-Sandbox-ID` here, by the Host name on the
+/// router-facing listener) with sandboxd's and the python-runtime's routes.
+pub(super) async fn answer(st: AppState, t: Target, req: Request) -> Response {
     // The sandbox is busy (for its idle clock) while the request is handled and its answer
     // streams, as on the native routes.
     let guards = (t.sb.activity.guard(), st.manager.sandbox_work.guard());

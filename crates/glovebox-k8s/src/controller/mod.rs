@@ -3,11 +3,12 @@
 //! nodes, looks at every Glovebox node, wakes every claim when a node is lost or comes
 //! back, and sweeps orphan sandboxes against the controller's cache of claims.
 //!
-//! One replica (no leader election yet): two would both place the same claim. The
-//! Deployment in deploy/kubernetes/controller.yaml runs one, with the `Recreate` strategy.
+//! Only the replica that holds the `coordination.k8s.io/v1` Lease reconciles (`leader`,
+//! decided by `crate::lease`): two reconciling at once would both place the same claim.
 
 mod claims;
 mod discover;
+pub mod leader;
 mod router;
 
 use std::sync::Arc;
@@ -40,6 +41,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Malformed(String),
+    /// This replica stopped leading (the process exits; Kubernetes restarts it).
+    #[error("lost the leader lease: {0}")]
+    LostLease(String),
 }
 
 /// What the controller is told at start (the binary's flags).

@@ -1,9 +1,10 @@
 //! The way agent-sandbox's router and SDK reach a claim's sandbox. They dial
 //! `{status.sandbox.name}.{namespace}.svc.cluster.local:{port}`; for a Glovebox sandbox that
 //! name is a headless Service without a selector, owned by the claim (garbage-collected with
-//! it), whose one EndpointSlice holds the address of the node's Glovebox daemon. The daemon
-//! tells sandboxes apart by that Host name (the router drops its `X-Sandbox-*` headers
-//! before forwarding), with the metadata the controller set on the sandbox.
+//! it), whose one EndpointSlice holds the address of the node's Glovebox daemon — its
+//! router-facing listener, which tells sandboxes apart by that Host name (the router forwards
+//! no key, and its Python version no `X-Sandbox-*` header), with the metadata the controller
+//! set on the sandbox.
 
 use std::collections::BTreeMap;
 

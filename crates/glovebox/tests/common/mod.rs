@@ -113,6 +113,48 @@ macro_rules! require_root {
     };
 }
 
+/// `cmd` with nothing from the environment that could send its traffic elsewhere: no proxy
+/// variables (loopback named as never proxied) and no kubeconfig of the user's.
+pub fn loopback_only(cmd: &mut Command) -> &mut Command {
+    cmd.env("KUBECONFIG", "/dev/null")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("ALL_PROXY")
+}
+
+/// The pinned `k8s-agent-sandbox` SDK's Python (`tests/sandboxd/setup.sh`, cached under
+/// target/), for the tests that drive it.
+pub fn sandboxd_sdk_python() -> PathBuf {
+    let dest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sandboxd/setup.sh");
+    let out = run_bounded(Command::new("bash").arg(setup).arg(&dest), None, Duration::from_secs(600));
+    assert_eq!(out.code(), Some(0), "setup.sh failed:\n{}\n{}", out.stdout_str(), out.stderr_str());
+    dest.join("sandboxd-venv/bin/python")
+}
+
+/// Runs check script `cmd` (Python printing one `ok: …` line a check and, at the end, a line
+/// `{done} N checks ok`), reaching loopback only; on failure, panics with its output and the
+/// daemon's log. Returns its stdout and the number of checks that passed.
+pub fn run_checks(d: &Daemon, cmd: &mut Command, done: &str) -> (String, usize) {
+    let out = run_bounded(loopback_only(cmd), None, Duration::from_secs(300));
+    let stdout = out.stdout_str();
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "{cmd:?} failed after {:?}:\n--- stdout\n{stdout}\n--- stderr\n{}\n--- daemon log\n{}",
+        out.elapsed,
+        out.stderr_str(),
+        d.log()
+    );
+    assert!(stdout.lines().any(|l| l.starts_with(done) && l.ends_with("checks ok")), "did not finish:\n{stdout}");
+    let oks = stdout.lines().filter(|l| l.starts_with("ok: ")).count();
+    eprintln!("{stdout}{oks} checks in {:?}", out.elapsed);
+    (stdout, oks)
+}
+
 /// A random lowercase token, from the kernel's randomness (no extra crates).
 pub fn rand_token(len: usize) -> String {
     let mut buf = vec![0u8; len];
@@ -413,6 +455,8 @@ pub fn assert_no_leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) {
 /// A `glovebox serve` of our own.
 pub struct Daemon {
     pub url: String,
+    /// The router-facing listener's URL, for a daemon started with one.
+    pub router_url: Option<String>,
     pub key: String,
     /// The value of `GLOVEBOX_TEST_CANARY` in the daemon's environment.
     pub canary: String,
@@ -441,6 +485,8 @@ thread_local! {
     static KEEP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Start the daemon with an empty prebuilt-templates dir (as before any template build).
     static NO_TEMPLATES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Start the daemon with a router-facing listener (`--router-listen`) too.
+    static ROUTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Shell commands run before the daemon is exec'd (empty: it is started directly).
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
 }
@@ -487,6 +533,15 @@ impl Daemon {
         d
     }
 
+    /// A daemon with the router-facing listener for agent-sandbox's router on a loopback
+    /// port of its own (`router_url`).
+    pub fn start_with_router() -> Daemon {
+        ROUTER.with(|k| k.set(true));
+        let d = Daemon::start();
+        ROUTER.with(|k| k.set(false));
+        d
+    }
+
     /// A daemon that finds no prebuilt template (`GLOVEBOX_TEMPLATES_DIR` empty), whatever
     /// the environment of the test run has built.
     pub fn start_without_templates() -> Daemon {
@@ -528,6 +583,9 @@ impl Daemon {
             if NO_TEMPLATES.with(|k| k.get()) {
                 command.env("GLOVEBOX_TEMPLATES_DIR", data_dir.join("no-prebuilt-templates"));
             }
+            let router_port = ROUTER
+                .with(|k| k.get())
+                .then(|| TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port());
             let mut child = command
                 .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
                 .arg(&data_dir)
@@ -535,6 +593,7 @@ impl Daemon {
                 // Tests start many daemons on 2 cores: no warm pool unless a test asks.
                 .args(["--warm-pool", &warm_pool().to_string()])
                 .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
+                .args(router_port.iter().flat_map(|p| ["--router-listen".to_string(), format!("127.0.0.1:{p}")]))
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
@@ -573,6 +632,7 @@ impl Daemon {
                     return Daemon {
                         pid: child.id(),
                         url,
+                        router_url: router_port.map(|p| format!("http://127.0.0.1:{p}")),
                         key,
                         canary,
                         data_dir,

@@ -11,7 +11,6 @@ GLOVEBOX_OTHER_SANDBOX (a second one, for routing). Prints one `ok:` line a chec
 import hashlib
 import io
 import os
-import statistics
 import threading
 import time
 
@@ -20,33 +19,19 @@ from google.protobuf import empty_pb2
 import kubernetes
 import requests
 
-from k8s_agent_sandbox import SandboxRequestError
 from k8s_agent_sandbox.commands._process_stubs import process_pb2 as pb
 from k8s_agent_sandbox.commands._process_stubs import process_pb2_grpc
 from k8s_agent_sandbox.k8s_helper import K8sHelper
 from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 from k8s_agent_sandbox.sandbox import Sandbox
 
+import sdkcheck
+from sdkcheck import expect_status, ok, p50_ms
+
 URL = os.environ["GLOVEBOX_URL"]
 KEY = os.environ["GLOVEBOX_API_KEY"]
 SB = os.environ["GLOVEBOX_SANDBOX"]
 OTHER = os.environ["GLOVEBOX_OTHER_SANDBOX"]
-checks = 0
-
-
-def ok(what):
-    global checks
-    checks += 1
-    print(f"ok: {what}", flush=True)
-
-
-def expect_status(status, fn):
-    try:
-        fn()
-    except SandboxRequestError as e:
-        assert e.status_code == status, (e.status_code, e.response.text if e.response is not None else None)
-        return e
-    raise AssertionError(f"expected HTTP {status}")
 
 
 def connect(sandbox_id, key=KEY):
@@ -125,12 +110,8 @@ ok("a wrong API key: 401")
 expect_status(404, lambda: connect("sb-does-not-exist").commands.run("true"))
 ok("an unknown sandbox: 404")
 
-times = []
-for _ in range(20):
-    t0 = time.monotonic()
-    assert sb.commands.run("true").exit_code == 0
-    times.append(time.monotonic() - t0)
-print(f"round trip commands.run('true') (direct-URL mode): p50 {statistics.median(times) * 1000:.1f} ms")
+p50 = p50_ms(lambda: sb.commands.run("true"))
+print(f"round trip commands.run('true') (direct-URL mode): p50 {p50:.1f} ms")
 
 # --- sandboxd: ProcessService through the SDK's own stubs ----------------------------------
 
@@ -159,12 +140,8 @@ except grpc.RpcError as e:
     assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e
 ok("Execute past its deadline: DEADLINE_EXCEEDED")
 
-times = []
-for _ in range(20):
-    t0 = time.monotonic()
-    stub.Execute(pb.ExecuteRequest(config=config("true")), metadata=md, timeout=30)
-    times.append(time.monotonic() - t0)
-print(f"round trip Execute(['true']) (gRPC): p50 {statistics.median(times) * 1000:.1f} ms")
+p50 = p50_ms(lambda: stub.Execute(pb.ExecuteRequest(config=config("true")), metadata=md, timeout=30))
+print(f"round trip Execute(['true']) (gRPC): p50 {p50:.1f} ms")
 
 # Start streams output as it is written.
 events = []
@@ -375,4 +352,4 @@ r = requests.post(f"{URL}/frobnicate", headers=h)
 assert r.status_code == 404 and "docs/sandboxd.md" in r.json()["message"], r.text
 ok("HTTP refusals: another port 400, no key 401, an unknown route 404 naming the protocol")
 
-print(f"sandboxd {checks} checks ok")
+print(f"sandboxd {sdkcheck.checks} checks ok")
