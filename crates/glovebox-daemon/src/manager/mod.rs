@@ -86,6 +86,8 @@ pub struct Config {
     pub retention: Duration,
     /// The base domain of exposed ports' preview hosts (`P-<id>.<domain>`; see `ports`).
     pub preview_domain: String,
+    /// The tier of sandboxes whose create names none and whose template names none either.
+    pub default_isolation: glovebox_proto::api::Isolation,
 }
 
 impl Config {
@@ -100,6 +102,7 @@ impl Config {
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
             preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
+            default_isolation: glovebox_proto::api::Isolation::Process,
             shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from),
             auto_build: std::env::var_os("GLOVEBOX_AUTO_BUILD").is_none_or(|v| v != "0"),
             data_dir,
@@ -231,6 +234,12 @@ impl Manager {
             cfg.link_pool,
         )?
         .with_disks(cfg.data_dir.join("disks"));
+        // Without runsc, a daemon whose creates default to gVisor would answer each 503: it
+        // does not start, and says why.
+        let jail = match cfg.default_isolation {
+            glovebox_proto::api::Isolation::Gvisor => jail.gvisor_by_default()?,
+            glovebox_proto::api::Isolation::Process => jail,
+        };
         Manager::with_backend(cfg, store, Arc::new(jail), work, net)
     }
 

@@ -403,6 +403,17 @@ impl Isolation {
     }
 }
 
+/// By its API name (`process`, `gvisor`): for flags and config files.
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Isolation, String> {
+        [Isolation::Process, Isolation::Gvisor]
+            .into_iter()
+            .find(|i| i.as_str() == s)
+            .ok_or_else(|| format!("unknown isolation {s:?} (process or gvisor)"))
+    }
+}
+
 /// What the idle clock does to an idle sandbox.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -113,6 +113,50 @@ macro_rules! require_root {
     };
 }
 
+/// The isolation tier of sandboxes whose create names none, in every daemon the harness
+/// starts: `GLOVEBOX_TEST_ISOLATION` (`process`, the default, or `gvisor`). scripts/test runs
+/// the contract tests (api, files, code, lifecycle, limits) a second time with `gvisor`.
+pub fn test_isolation() -> &'static str {
+    static TIER: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    TIER.get_or_init(|| match std::env::var("GLOVEBOX_TEST_ISOLATION").as_deref() {
+        Err(_) | Ok("" | "process") => "process",
+        Ok("gvisor") => "gvisor",
+        Ok(other) => panic!("GLOVEBOX_TEST_ISOLATION={other:?}: want process or gvisor"),
+    })
+}
+
+/// Whether the harness's daemons default to the gVisor tier (see [`test_isolation`]).
+pub fn under_gvisor() -> bool {
+    test_isolation() == "gvisor"
+}
+
+/// Says what part of a test does not run under the gVisor tier and which section of
+/// docs/gvisor.md says why: on the test's output, and appended to
+/// `target/gvisor-skips.txt`, which `scripts/test` prints after the gVisor run (a passing
+/// test's output is not shown).
+pub fn skipped_under_gvisor(what: &str, section: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let line = format!("{}::{test}: SKIPPED {what} (docs/gvisor.md, \"{section}\")", env!("CARGO_CRATE_NAME"));
+    eprintln!("{line}");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/gvisor-skips.txt");
+    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(file) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Skips (returns from) a test that cannot hold under the gVisor tier by design, when the
+/// suite runs with `GLOVEBOX_TEST_ISOLATION=gvisor`; prints the reason and the section of
+/// docs/gvisor.md that states it. Never skips under the process jail.
+#[macro_export]
+macro_rules! skip_under_gvisor {
+    ($why:expr, $section:expr) => {
+        if $crate::common::under_gvisor() {
+            $crate::common::skipped_under_gvisor($why, $section);
+            return;
+        }
+    };
+}
+
 /// A random lowercase token, from the kernel's randomness (no extra crates).
 pub fn rand_token(len: usize) -> String {
     let mut buf = vec![0u8; len];
@@ -535,6 +579,7 @@ impl Daemon {
                 // Tests start many daemons on 2 cores: no warm pool unless a test asks.
                 .args(["--warm-pool", &warm_pool().to_string()])
                 .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
+                .args(["--default-isolation", test_isolation()])
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
