@@ -705,6 +705,17 @@ mod tests {
     }
 
     #[test]
+    fn the_default_isolation_comes_from_the_flag_the_file_or_the_default() {
+        let pick = |argv: &[&str], toml: &str| serve_with(argv, toml).map(|a| a.default_isolation);
+        assert_eq!(pick(&[], "").unwrap(), api::Isolation::Process);
+        assert_eq!(pick(&[], "default_isolation = \"gvisor\"\n").unwrap(), api::Isolation::Gvisor);
+        let flag = pick(&["--default-isolation", "process"], "default_isolation = \"gvisor\"\n");
+        assert_eq!(flag.unwrap(), api::Isolation::Process);
+        let e = pick(&["--default-isolation", "vm"], "").err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(e.contains("unknown isolation \"vm\" (process or gvisor)"), "{e}");
+    }
+
+    #[test]
     fn file_beats_built_in_default() {
         let a = serve_with(
             &[],

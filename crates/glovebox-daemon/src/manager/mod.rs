@@ -220,6 +220,12 @@ impl Manager {
             // through here to its own mount point once; nothing here is readable to it.
             fs::set_permissions(d, fs::Permissions::from_mode(0o711)).map_err(internal("chmod data dir"))?;
         }
+        // Without runsc, a daemon whose creates default to gVisor would answer each one 503:
+        // it does not start, and says why (before anything is made on the host).
+        if cfg.default_isolation == glovebox_proto::api::Isolation::Gvisor {
+            crate::backend::gvisor::Runsc::detect()
+                .map_err(|why| Error::Unavailable(format!("default isolation gvisor: {why}")))?;
+        }
         let work: Arc<crate::idle::Activity> = Arc::default();
         // The store before the jail: a store too new for this binary stops the start early.
         let store = open_store(&cfg.data_dir)?;
@@ -234,10 +240,8 @@ impl Manager {
             cfg.link_pool,
         )?
         .with_disks(cfg.data_dir.join("disks"));
-        // Without runsc, a daemon whose creates default to gVisor would answer each 503: it
-        // does not start, and says why.
         let jail = match cfg.default_isolation {
-            glovebox_proto::api::Isolation::Gvisor => jail.gvisor_by_default()?,
+            glovebox_proto::api::Isolation::Gvisor => jail.linking_from_start(),
             glovebox_proto::api::Isolation::Process => jail,
         };
         Manager::with_backend(cfg, store, Arc::new(jail), work, net)

@@ -487,6 +487,8 @@ thread_local! {
     static NO_TEMPLATES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Shell commands run before the daemon is exec'd (empty: it is started directly).
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
+    /// The daemon's default isolation, if not [`test_isolation`].
+    static ISOLATION: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
 }
 
 fn warm_pool() -> usize {
@@ -528,6 +530,15 @@ impl Daemon {
         KEEP.with(|k| k.set(true));
         let d = Daemon::start();
         KEEP.with(|k| k.set(false));
+        d
+    }
+
+    /// A daemon whose creates that name no isolation (and whose template names none) get
+    /// `tier` (`--default-isolation`), whatever `GLOVEBOX_TEST_ISOLATION` says.
+    pub fn start_with_isolation(tier: &'static str) -> Daemon {
+        ISOLATION.with(|k| k.set(Some(tier)));
+        let d = Daemon::start();
+        ISOLATION.with(|k| k.set(None));
         d
     }
 
@@ -579,7 +590,7 @@ impl Daemon {
                 // Tests start many daemons on 2 cores: no warm pool unless a test asks.
                 .args(["--warm-pool", &warm_pool().to_string()])
                 .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
-                .args(["--default-isolation", test_isolation()])
+                .args(["--default-isolation", ISOLATION.with(|k| k.get()).unwrap_or_else(test_isolation)])
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")
