@@ -56,6 +56,13 @@ impl Reader {
 }
 
 impl Reader {
+    /// The bytes already read past the last frame, and the socket: for a connection that
+    /// goes on unframed (see `Request::ConnectPort`).
+    pub fn into_raw(self) -> (Vec<u8>, OwnedReadHalf) {
+        let early = self.0.buffer().to_vec();
+        (early, self.0.into_inner())
+    }
+
     /// The next frame, which must be a JSON message of type `T`.
     pub async fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, ConnError> {
         match self.next().await? {
@@ -107,6 +114,21 @@ impl Writer {
         self.0.flush().await?;
         Ok(())
     }
+
+    /// The socket, for a connection that goes on unframed (see [`Reader::into_raw`]).
+    pub fn into_raw(self) -> OwnedWriteHalf {
+        self.0
+    }
+}
+
+/// A connection gone unframed after its request and reply: what was read past the reply
+/// first, then the socket; writes go straight to it.
+pub type RawStream = tokio::io::Join<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>, OwnedWriteHalf>;
+
+/// [`RawStream`] from a connection's two halves.
+pub fn into_raw(r: Reader, w: Writer) -> RawStream {
+    let (early, read) = r.into_raw();
+    tokio::io::join(std::io::Cursor::new(early).chain(read), w.into_raw())
 }
 
 #[cfg(test)]

@@ -115,7 +115,7 @@ macro_rules! require_root {
 
 /// The isolation tier of sandboxes whose create names none, in every daemon the harness
 /// starts: `GLOVEBOX_TEST_ISOLATION` (`process`, the default, or `gvisor`). scripts/test runs
-/// the contract tests (api, files, code, lifecycle, limits) a second time with `gvisor`.
+/// the contract tests (api, files, code, lifecycle, limits, ports) a second time with `gvisor`.
 pub fn test_isolation() -> &'static str {
     static TIER: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     TIER.get_or_init(|| match std::env::var("GLOVEBOX_TEST_ISOLATION").as_deref() {
