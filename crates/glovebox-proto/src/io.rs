@@ -135,6 +135,32 @@ pub fn into_raw(r: Reader, w: Writer) -> RawStream {
 mod tests {
     use super::*;
 
+    /// A connection that goes on unframed after a reply loses none of the bytes that arrived
+    /// with the reply (the reader's buffer had them), and writes reach the other end.
+    #[test]
+    fn a_connection_gone_raw_keeps_the_bytes_read_with_the_reply() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (a, b) = UnixStream::pair().unwrap();
+            let (mut ra, mut wa) = split(a);
+            let (mut rb, wb) = split(b);
+            wa.json(&Reply::Ok).await.unwrap();
+            wa.0.write_all(b"early bytes").await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            assert!(matches!(rb.json::<Reply>().await.unwrap(), Reply::Ok));
+            let mut raw = into_raw(rb, wb);
+            drop(wa);
+            let mut got = Vec::new();
+            raw.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"early bytes");
+            raw.write_all(b"back").await.unwrap();
+            drop(raw);
+            let mut back = Vec::new();
+            ra.0.read_to_end(&mut back).await.unwrap();
+            assert_eq!(back, b"back");
+        });
+    }
+
     /// Frames cross a socket whole and in order when a writer's header-and-body writes are cut
     /// short (a body bigger than the socket's buffer, read slowly) and when many small frames
     /// arrive in one read of the reader's buffer.
