@@ -12,6 +12,9 @@ pub fn code_of(e: &std::io::Error) -> ErrorCode {
         Some(libc::ENOTEMPTY) => return ErrorCode::NotEmpty,
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => return ErrorCode::NoSpace,
         Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENAMETOOLONG) => return ErrorCode::InvalidArgument,
+        // What the sandbox's filesystem cannot do (e.g. extended attributes under gVisor,
+        // whose gofer has none): a request it must refuse, not a failure of ours.
+        Some(libc::EOPNOTSUPP) => return ErrorCode::InvalidArgument,
         _ => {}
     }
     match e.kind() {
@@ -20,5 +23,19 @@ pub fn code_of(e: &std::io::Error) -> ErrorCode {
         K::PermissionDenied => ErrorCode::PermissionDenied,
         K::InvalidInput | K::InvalidData => ErrorCode::InvalidArgument,
         _ => ErrorCode::Io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_filesystem_cannot_do_is_the_request_s_fault() {
+        let code = |n| code_of(&std::io::Error::from_raw_os_error(n));
+        assert_eq!(code(libc::EOPNOTSUPP), ErrorCode::InvalidArgument);
+        assert_eq!(code(libc::ENOSPC), ErrorCode::NoSpace);
+        assert_eq!(code(libc::ENOENT), ErrorCode::NotFound);
+        assert_eq!(code(libc::EIO), ErrorCode::Io);
     }
 }

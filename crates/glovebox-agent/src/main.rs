@@ -10,6 +10,7 @@ mod capped;
 mod conn;
 mod exec;
 mod files;
+mod forward;
 mod spare;
 mod walk;
 mod watch;
@@ -190,6 +191,7 @@ async fn handle(
         | Request::Remove { .. }
         | Request::Rename { .. }) => files.handle(req, &mut r, &mut w).await,
         Request::WatchDir { path, recursive } => watch::serve(files, &path, recursive, r, w).await,
+        Request::ConnectPort { port } => forward::connect_port(port, r, w).await,
         Request::EndData | Request::EndStdin | Request::WatchSync => {
             w.error(ErrorCode::Protocol, "unexpected message").await
         }

@@ -93,7 +93,7 @@ impl GvisorConfig {
 }
 
 /// Where the agent binary is inside the guest.
-pub const AGENT_IN_GUEST: &str = "/run/glovebox/agent";
+pub const AGENT_IN_GUEST: &str = "/run/glovebox/glovebox-agent";
 
 /// The guest kernel's processes on the host, as the helper reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -559,7 +559,7 @@ mod tests {
     fn the_spec_shares_only_the_socket_dir_the_agent_and_its_own_tmp() {
         let c = cfg();
         let s = oci_spec(&c, Path::new("/run/g/sandboxes/sb1/mnt/upper/root"));
-        assert_eq!(s["process"]["args"], json!(["/run/glovebox/agent", "init", "--pids", "512"]));
+        assert_eq!(s["process"]["args"], json!(["/run/glovebox/glovebox-agent", "init", "--pids", "512"]));
         assert_eq!(s["process"]["noNewPrivileges"], json!(true));
         assert_eq!(s["process"]["env"], json!([]));
         let binds: Vec<(&str, &str, bool)> = s["mounts"]
@@ -576,7 +576,7 @@ mod tests {
             binds,
             vec![
                 ("/run/g/sandboxes/sb1/agent", "/run/glovebox-agent", false),
-                ("/usr/lib/glovebox/glovebox-agent", "/run/glovebox/agent", true),
+                ("/usr/lib/glovebox/glovebox-agent", "/run/glovebox/glovebox-agent", true),
                 ("/run/g/sandboxes/sb1/mnt/upper/root/tmp", "/tmp", false),
                 ("/run/g/sandboxes/sb1/compat.so", "/run/glovebox/compat.so", true),
             ]

@@ -197,6 +197,11 @@ pub enum Request {
         #[serde(default)]
         recursive: bool,
     },
+    /// Connects to `127.0.0.1:port` inside the sandbox (where the daemon cannot reach its
+    /// loopback from the host: gVisor's network stack is the sentry's). Reply: `Reply::Ok`,
+    /// then the connection carries the TCP connection's bytes, unframed, both ways until
+    /// either side closes; or `Reply::Error` (`not_found`: nothing listens there).
+    ConnectPort { port: u16 },
     /// Asks a `WatchDir` exchange for its events.
     WatchSync,
 }

@@ -56,6 +56,13 @@ impl Reader {
 }
 
 impl Reader {
+    /// The bytes already read past the last frame, and the socket: for a connection that
+    /// goes on unframed (see `Request::ConnectPort`).
+    pub fn into_raw(self) -> (Vec<u8>, OwnedReadHalf) {
+        let early = self.0.buffer().to_vec();
+        (early, self.0.into_inner())
+    }
+
     /// The next frame, which must be a JSON message of type `T`.
     pub async fn json<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, ConnError> {
         match self.next().await? {
@@ -107,11 +114,52 @@ impl Writer {
         self.0.flush().await?;
         Ok(())
     }
+
+    /// The socket, for a connection that goes on unframed (see [`Reader::into_raw`]).
+    pub fn into_raw(self) -> OwnedWriteHalf {
+        self.0
+    }
+}
+
+/// A connection gone unframed after its request and reply: what was read past the reply
+/// first, then the socket; writes go straight to it.
+pub type RawStream = tokio::io::Join<tokio::io::Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>, OwnedWriteHalf>;
+
+/// [`RawStream`] from a connection's two halves.
+pub fn into_raw(r: Reader, w: Writer) -> RawStream {
+    let (early, read) = r.into_raw();
+    tokio::io::join(std::io::Cursor::new(early).chain(read), w.into_raw())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection that goes on unframed after a reply loses none of the bytes that arrived
+    /// with the reply (the reader's buffer had them), and writes reach the other end.
+    #[test]
+    fn a_connection_gone_raw_keeps_the_bytes_read_with_the_reply() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (a, b) = UnixStream::pair().unwrap();
+            let (mut ra, mut wa) = split(a);
+            let (mut rb, wb) = split(b);
+            wa.json(&Reply::Ok).await.unwrap();
+            wa.0.write_all(b"early bytes").await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            assert!(matches!(rb.json::<Reply>().await.unwrap(), Reply::Ok));
+            let mut raw = into_raw(rb, wb);
+            drop(wa);
+            let mut got = Vec::new();
+            raw.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"early bytes");
+            raw.write_all(b"back").await.unwrap();
+            drop(raw);
+            let mut back = Vec::new();
+            ra.0.read_to_end(&mut back).await.unwrap();
+            assert_eq!(back, b"back");
+        });
+    }
 
     /// Frames cross a socket whole and in order when a writer's header-and-body writes are cut
     /// short (a body bigger than the socket's buffer, read slowly) and when many small frames

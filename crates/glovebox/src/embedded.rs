@@ -9,21 +9,10 @@ use glovebox_daemon::manager::{Config, Manager};
 
 /// The manager of `glovebox serve`: it re-adopts the sandboxes a previous daemon on the
 /// same data dir left running.
-pub fn open_daemon_manager(
-    data_dir: &Path,
-    warm_pool: usize,
-    link_pool: usize,
-    retention_s: u64,
-    defaults: glovebox_proto::api::Limits,
-    preview_domain: &str,
-) -> Result<Arc<Manager>> {
+pub fn open_daemon_manager(data_dir: &Path, set: impl FnOnce(&mut Config)) -> Result<Arc<Manager>> {
     open_with(data_dir, |cfg| {
-        cfg.preview_domain = preview_domain.to_string();
-        cfg.defaults = defaults;
-        cfg.warm_pool = warm_pool;
-        cfg.link_pool = link_pool;
         cfg.adopt = true;
-        cfg.retention = std::time::Duration::from_secs(retention_s);
+        set(cfg);
     })
 }
 

@@ -124,6 +124,10 @@ struct ServeArgs {
     /// `http://P-ID.<domain>:<listen port>/` (`*.localhost` needs no DNS in browsers).
     #[arg(long, default_value = "localhost", env = "GLOVEBOX_PREVIEW_DOMAIN")]
     preview_domain: String,
+    /// The isolation of sandboxes whose create request and template name none: process
+    /// (the jail) or gvisor (needs runsc; the daemon refuses to start without it).
+    #[arg(long, default_value = "process", env = "GLOVEBOX_DEFAULT_ISOLATION", value_parser = str::parse::<api::Isolation>)]
+    default_isolation: api::Isolation,
     /// Default sandbox limits (config file only).
     #[arg(skip)]
     limits: api::Limits,
@@ -161,6 +165,9 @@ impl ServeArgs {
         }
         if let Some(v) = f.preview_domain.filter(|_| may("preview_domain")) {
             self.preview_domain = v;
+        }
+        if let Some(v) = f.default_isolation.filter(|_| may("default_isolation")) {
+            self.default_isolation = v;
         }
         self.limits = f.limits.over(self.limits.clone());
         Ok(())
@@ -456,14 +463,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
         None => None,
     };
     // Only now that key and port are ours: opening the manager boots the warm pool.
-    let manager = embedded::open_daemon_manager(
-        &a.data_dir,
-        a.warm_pool,
-        a.link_pool,
-        a.retention_s,
-        a.limits,
-        &a.preview_domain,
-    )?;
+    let manager = embedded::open_daemon_manager(&a.data_dir, |cfg| {
+        cfg.preview_domain = a.preview_domain.clone();
+        cfg.defaults = a.limits.clone();
+        cfg.warm_pool = a.warm_pool;
+        cfg.link_pool = a.link_pool;
+        cfg.retention = std::time::Duration::from_secs(a.retention_s);
+        cfg.default_isolation = a.default_isolation;
+    })?;
     tracing::info!("glovebox listening on http://{}", listener.local_addr()?);
     if let Some(r) = &router {
         tracing::info!(
@@ -522,9 +529,7 @@ pub fn kv(pairs: &[String], what: &str) -> Result<std::collections::BTreeMap<Str
 
 /// `--isolation`: `process` or `gvisor`.
 pub(crate) fn parse_isolation(s: Option<&str>) -> Result<Option<api::Isolation>> {
-    s.map(|s| serde_json::from_value(serde_json::Value::String(s.to_string())))
-        .transpose()
-        .map_err(|_| anyhow::anyhow!("--isolation must be process or gvisor"))
+    s.map(str::parse).transpose().map_err(|_| anyhow::anyhow!("--isolation must be process or gvisor"))
 }
 
 async fn sandbox(c: SandboxCmd) -> Result<i32> {
@@ -728,6 +733,17 @@ mod tests {
         assert_eq!(pick(&[], "router_listen = \"0.0.0.0:8888\"\n").as_deref(), Some("0.0.0.0:8888"));
         let flag = pick(&["--router-listen", "127.0.0.1:9999"], "router_listen = \"0.0.0.0:8888\"\n");
         assert_eq!(flag.as_deref(), Some("127.0.0.1:9999"));
+    }
+
+    #[test]
+    fn the_default_isolation_comes_from_the_flag_the_file_or_the_default() {
+        let pick = |argv: &[&str], toml: &str| serve_with(argv, toml).map(|a| a.default_isolation);
+        assert_eq!(pick(&[], "").unwrap(), api::Isolation::Process);
+        assert_eq!(pick(&[], "default_isolation = \"gvisor\"\n").unwrap(), api::Isolation::Gvisor);
+        let flag = pick(&["--default-isolation", "process"], "default_isolation = \"gvisor\"\n");
+        assert_eq!(flag.unwrap(), api::Isolation::Process);
+        let e = pick(&["--default-isolation", "vm"], "").err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(e.contains("unknown isolation \"vm\" (process or gvisor)"), "{e}");
     }
 
     #[test]

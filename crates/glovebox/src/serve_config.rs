@@ -39,6 +39,8 @@ pub struct FileConfig {
     pub destroy_on_exit: Option<bool>,
     pub retention_s: Option<u64>,
     pub preview_domain: Option<String>,
+    /// The isolation of creates that name none (and whose template names none).
+    pub default_isolation: Option<api::Isolation>,
     /// `[limits]`: what a sandbox gets when its create request names no limit.
     pub limits: LimitsConfig,
 }
@@ -94,6 +96,7 @@ pub fn parse(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
             "destroy_on_exit" => c.destroy_on_exit = Some(field.boolean(key, item)?),
             "retention_s" => c.retention_s = Some(field.count(key, item, 0, u64::MAX)?),
             "preview_domain" => c.preview_domain = Some(field.string(key, item)?),
+            "default_isolation" => c.default_isolation = Some(field.isolation(key, item)?),
             "limits" => c.limits = field.limits(item)?,
             other => return Err(ConfigError::UnknownKey { path: path.into(), key: other.to_string() }),
         }
@@ -118,6 +121,11 @@ impl Field<'_> {
 
     fn boolean(&self, key: &str, item: &toml_edit::Item) -> Result<bool, ConfigError> {
         item.as_bool().ok_or_else(|| self.bad(key, format!("expected true or false, got {}", item.type_name())))
+    }
+
+    fn isolation(&self, key: &str, item: &toml_edit::Item) -> Result<api::Isolation, ConfigError> {
+        let want = || self.bad(key, "expected \"process\" or \"gvisor\"");
+        item.as_str().and_then(|s| s.parse().ok()).ok_or_else(want)
     }
 
     fn count(&self, key: &str, item: &toml_edit::Item, min: u64, max: u64) -> Result<u64, ConfigError> {
@@ -168,7 +176,7 @@ mod tests {
         let c = parse(
             p(),
             "listen = \"127.0.0.1:7181\"\nrouter_listen = \"0.0.0.0:8888\"\ndata_dir = \"/srv/gb\"\nwarm_pool = 0\n\
-             link_pool = 3\ndestroy_on_exit = true\nretention_s = 3600\n[limits]\ncpus = 2\nmemory_mb = 1024\ndisk_mb = 2048\npids = 512\n",
+             link_pool = 3\ndestroy_on_exit = true\nretention_s = 3600\ndefault_isolation = \"gvisor\"\n[limits]\ncpus = 2\nmemory_mb = 1024\ndisk_mb = 2048\npids = 512\n",
         )
         .unwrap();
         assert_eq!(c.listen.as_deref(), Some("127.0.0.1:7181"));
@@ -178,6 +186,7 @@ mod tests {
             (c.warm_pool, c.link_pool, c.destroy_on_exit, c.retention_s),
             (Some(0), Some(3), Some(true), Some(3600))
         );
+        assert_eq!(c.default_isolation, Some(api::Isolation::Gvisor));
         let l = c.limits.over(api::Limits::default());
         assert_eq!((l.cpus, l.memory_mb, l.disk_mb, l.pids), (2.0, 1024, 2048, 512));
     }
@@ -205,6 +214,8 @@ mod tests {
             ("[limits]\nmemory_mb = 1\n", "`limits.memory_mb`"),
             ("[limits]\ncpus = 0\n", "`limits.cpus`"),
             ("limits = 3\n", "`limits`"),
+            ("default_isolation = \"vm\"\n", "`default_isolation`"),
+            ("default_isolation = 1\n", "`default_isolation`"),
         ] {
             let e = parse(p(), text).unwrap_err().to_string();
             assert!(e.starts_with("config /etc/glovebox/config.toml: key ") && e.contains(key), "{text:?}: {e}");

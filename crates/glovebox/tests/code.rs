@@ -283,6 +283,7 @@ fn seed_example_plots_and_dataframes() {
 #[test]
 fn warm_pool_hands_out_ready_kernels() {
     require_root!();
+    skip_under_gvisor!("the warm pool's sandboxes are jailed ones", "What the tier does not do");
     if !have_ci_template() {
         return;
     }

@@ -352,6 +352,50 @@ fn gvisor_is_refused_clearly_where_it_cannot_apply() {
     d.shutdown_and_check_leaks();
 }
 
+/// `glovebox serve --default-isolation gvisor`: creates that name no isolation run on gVisor,
+/// through the native API and the CLI alike; one that names `process` is jailed. Without
+/// runsc such a daemon does not start, and says why.
+#[test]
+fn a_daemon_s_default_isolation_applies_to_creates_that_name_none() {
+    require_gvisor!();
+    let d = Daemon::start_with_isolation("gvisor");
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string();
+    let id = d.create(sandbox_body(json!({})));
+    let (_, v) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(v["isolation"], "gvisor", "{v}");
+    assert_ne!(d.sh_ok(&id, "uname -r").trim(), host_release, "a gVisor sandbox runs on gVisor's kernel");
+    let jailed = d.create(sandbox_body(json!({ "isolation": "process" })));
+    let (_, v) = d.get(&format!("/v1/sandboxes/{jailed}"));
+    assert_eq!(v["isolation"], "process", "{v}");
+    assert_eq!(d.sh_ok(&jailed, "uname -r").trim(), host_release);
+    // The CLI's create names none either, unless told.
+    for (args, want) in [(&[][..], "gvisor"), (&["--isolation", "process"][..], "process")] {
+        let o = run_bounded(d.cli().args(["sandbox", "create"]).args(args), None, Duration::from_secs(60));
+        assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+        let id = o.stdout_str().trim().to_string();
+        d.register(&id);
+        let (_, v) = d.get(&format!("/v1/sandboxes/{id}"));
+        assert_eq!(v["isolation"], want, "{args:?}: {v}");
+    }
+    d.shutdown_and_check_leaks();
+
+    let data = common::tempdir("gbtest-data-");
+    let o = run_bounded(
+        Command::new(common::glovebox_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--api-key", "k", "--default-isolation", "gvisor", "--data-dir"])
+            .arg(data.path())
+            .env("GLOVEBOX_RUNSC", "/nonexistent/runsc"),
+        None,
+        Duration::from_secs(30),
+    );
+    assert_ne!(o.code(), Some(0), "started without runsc: {}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains("default isolation gvisor: runsc not found at /nonexistent/runsc"),
+        "{}",
+        o.stderr_str()
+    );
+}
+
 /// A daemon stopped with its sandboxes left running re-adopts its gVisor sandboxes: the agent
 /// answers, and the link gVisor's netstack owns is held shut until its rules are back (it
 /// cannot be made again, as a jailed sandbox's is): never unfiltered, still working after.

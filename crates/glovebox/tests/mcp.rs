@@ -325,6 +325,37 @@ fn older_clients_get_our_version_and_sigterm_cleans_up() {
     d.shutdown_and_check_leaks();
 }
 
+/// `glovebox mcp --isolation gvisor`: the session's sandbox runs on gVisor's kernel (the
+/// operator picks the tier, not the model: no tool takes one). An unknown tier is refused at
+/// start, before any sandbox exists.
+#[test]
+fn the_session_sandbox_runs_on_the_isolation_asked_for() {
+    require_root!();
+    assert!(Path::new("/usr/bin/runsc").is_file(), "runsc is not installed: scripts/deps installs it");
+    let d = Daemon::start();
+    let mut c = d.cli();
+    c.args(["mcp", "--isolation", "gvisor"]);
+    let mut m = Mcp::spawn(c);
+    initialize(&mut m, "2025-06-18");
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string();
+    let text = m.ok("run_command", json!({ "command": "uname -r" }));
+    assert_ne!(blocks(&text).first().map(|b| b.trim()), Some(host_release.as_str()), "ran on the host kernel: {text}");
+    let ids = live(&d);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let (_, v) = d.get(&format!("/v1/sandboxes/{}", ids[0]));
+    assert_eq!(v["isolation"], "gvisor", "{v}");
+    let (st, _) = m.close(Duration::from_secs(10));
+    assert!(st.success(), "{st}: {}", m.stderr());
+
+    let mut c = d.cli();
+    c.args(["mcp", "--isolation", "vm"]);
+    let o = run_bounded(&mut c, None, Duration::from_secs(10));
+    assert_eq!(o.code(), Some(125), "{}", o.stderr_str());
+    assert!(o.stderr_str().contains("--isolation must be process or gvisor"), "{}", o.stderr_str());
+    assert!(live(&d).is_empty());
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn embedded_mcp_needs_no_daemon() {
     require_root!();

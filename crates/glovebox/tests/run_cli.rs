@@ -101,6 +101,13 @@ fn run_errors_are_clear() {
     assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
     assert!(o.stderr_str().contains("memory_mb"), "{}", o.stderr_str());
 
+    // An unknown isolation tier: 125 before anything is created, naming the tiers there are.
+    for args in [&["run", "--isolation", "vm", "--", "true"][..], &["sandbox", "create", "--isolation", "vm"][..]] {
+        let o = run_bounded(d.cli().args(args), None, T);
+        assert_eq!(o.code(), Some(125), "{args:?}: {}", o.stderr_str());
+        assert!(o.stderr_str().contains("--isolation must be process or gvisor"), "{}", o.stderr_str());
+    }
+
     // An unknown flag: clap's usage error (2), naming the flag.
     let o = run(d.cli(), &["--bogus", "--", "true"], None);
     assert_eq!(o.code(), Some(2), "stderr: {}", o.stderr_str());
@@ -125,6 +132,27 @@ fn run_errors_are_clear() {
     assert_eq!(o.code(), Some(125), "stderr: {}", o.stderr_str());
     assert!(o.stderr_str().contains("invalid API key"), "{}", o.stderr_str());
 
+    d.shutdown_and_check_leaks();
+}
+
+/// `--isolation gvisor` on `run` and `sandbox create`: the command runs on gVisor's kernel.
+#[test]
+fn run_and_create_take_an_isolation() {
+    require_root!();
+    assert!(std::path::Path::new("/usr/bin/runsc").is_file(), "runsc is not installed: scripts/deps installs it");
+    let d = Daemon::start();
+    let host_release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let o = run(d.cli(), &["--isolation", "gvisor", "--", "uname", "-r"], None);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    assert_ne!(o.stdout_str(), host_release, "ran on the host kernel");
+    let o = run(d.cli(), &["--isolation", "process", "--", "uname", "-r"], None);
+    assert_out(&o, 0, &host_release);
+    let o = run_bounded(d.cli().args(["sandbox", "create", "--isolation", "gvisor"]), None, T);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    let id = o.stdout_str().trim().to_string();
+    d.register(&id);
+    let (_, v) = d.get(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(v["isolation"], "gvisor", "{v}");
     d.shutdown_and_check_leaks();
 }
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from glovebox import AsyncSandbox, SandboxGoneError
+from glovebox import AsyncSandbox, InvalidArgumentError, SandboxGoneError
 
 
 def run(coro):
@@ -110,5 +110,14 @@ def test_async_pty(daemon):
             assert (await t.wait(timeout=20)).signal == 9
         finally:
             assert await sb.kill()
+
+    run(main())
+
+
+def test_async_create_passes_isolation_on(daemon):
+    async def main():
+        with pytest.raises(InvalidArgumentError) as e:
+            await AsyncSandbox.create(isolation="firecracker")
+        assert e.value.code == "invalid_request" and "isolation" in e.value.message
 
     run(main())

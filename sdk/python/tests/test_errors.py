@@ -33,6 +33,13 @@ def test_out_of_bounds_memory_is_invalid_argument(daemon):
     assert "memory" in e.value.message
 
 
+def test_unknown_isolation_is_invalid_argument(daemon):
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create(isolation="firecracker")
+    assert e.value.status == 400 and e.value.code == "invalid_request"
+    assert "isolation: unknown variant `firecracker`" in e.value.message
+
+
 def test_unknown_sandbox_and_template_are_not_found(daemon):
     with pytest.raises(NotFoundError) as e:
         Sandbox.connect("no-such-sandbox")

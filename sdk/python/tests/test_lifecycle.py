@@ -1,5 +1,6 @@
 """Sandboxes: create, inspect, list, extend, kill, and the context manager."""
 
+import os
 import secrets
 import time
 
@@ -181,3 +182,16 @@ def test_on_idle_pause_and_hibernate_refused(daemon):
     with pytest.raises(glovebox.NotSupportedError) as e:
         Sandbox.create(idle_timeout=1, on_idle="hibernate")
     assert e.value.code == "hibernate_unavailable" and e.value.status == 501
+
+
+def test_isolation_gvisor_runs_on_gvisors_kernel(daemon):
+    if not os.path.isfile("/usr/bin/runsc"):
+        pytest.skip("runsc is not installed (scripts/deps installs Debian's runsc)")
+    with Sandbox.create(isolation="gvisor", timeout=60) as sb:
+        assert sb.info().isolation == "gvisor"
+        assert sb.commands.run("uname -r").stdout.strip() != os.uname().release, "it ran on the host's kernel"
+        sb.files.write("tier.txt", "gvisor")
+        assert sb.files.read("tier.txt") == "gvisor"
+    with Sandbox.create() as sb:
+        assert sb.info().isolation == "process"
+        assert sb.commands.run("uname -r").stdout.strip() == os.uname().release

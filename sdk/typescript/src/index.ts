@@ -14,6 +14,7 @@ export { Sandbox } from "./sandbox.js";
 export type {
   EgressEvent,
   NetworkPolicy,
+  Isolation,
   SandboxCreateOptions,
   SandboxInfo,
   SandboxLimits,

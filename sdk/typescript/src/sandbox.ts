@@ -44,8 +44,17 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   volumes?: VolumeMount[];
   /** Start from one of your snapshots (its files are there at once; its template is used). */
   snapshot?: string;
+  /**
+   * Which kernel its processes run on: `"process"` (the process jail) or `"gvisor"` (gVisor's
+   * user-space kernel, see docs/gvisor.md). Absent: the template's, else the daemon's default.
+   * A value the daemon does not know rejects with `InvalidArgumentError` (`invalid_request`).
+   */
+  isolation?: Isolation;
   signal?: AbortSignal;
 }
+
+/** An isolation tier; other strings are passed through for the daemon to judge. */
+export type Isolation = "process" | "gvisor" | (string & {});
 
 export interface SandboxLimits {
   cpus: number;
@@ -74,6 +83,8 @@ export interface SandboxInfo {
   parentId?: string;
   /** Its lineage, parent first (empty when not a fork's child). */
   ancestors: string[];
+  /** Which kernel its processes run on: `"process"` (the jail) or `"gvisor"`. */
+  isolation: Isolation;
 }
 
 /** One entry of a sandbox's egress audit log (shape defined by the daemon). */
@@ -122,6 +133,7 @@ interface WireSandbox {
   snapshot?: string | null;
   parent_id?: string | null;
   ancestors?: string[];
+  isolation?: string;
 }
 
 function fromWire(w: WireSandbox): SandboxInfo {
@@ -140,6 +152,7 @@ function fromWire(w: WireSandbox): SandboxInfo {
     metadata: w.metadata ?? {},
     network: w.network,
     ancestors: w.ancestors ?? [],
+    isolation: w.isolation ?? "process",
   };
   if (w.snapshot !== undefined && w.snapshot !== null) info.snapshot = w.snapshot;
   if (w.parent_id !== undefined && w.parent_id !== null) info.parentId = w.parent_id;
@@ -194,6 +207,7 @@ export class Sandbox {
     if (options.onIdle !== undefined) body["on_idle"] = options.onIdle;
     if (options.volumes !== undefined && options.volumes.length > 0) body["volumes"] = options.volumes.map(mountBody);
     if (options.snapshot !== undefined) body["snapshot"] = options.snapshot;
+    if (options.isolation !== undefined) body["isolation"] = options.isolation;
     const w = await api.json<WireSandbox>("POST", "/v1/sandboxes", { json: body, signal: options.signal });
     return new Sandbox(api, w.id);
   }

@@ -10,6 +10,9 @@ import {
   Sandbox,
   SandboxGoneError,
 } from "@glovebox/sdk";
+import { existsSync } from "node:fs";
+import { release } from "node:os";
+
 import { useDaemon } from "./daemon.js";
 
 const daemon = useDaemon();
@@ -190,6 +193,24 @@ describe("sandbox lifecycle", () => {
       await b.kill();
     }
   });
+
+  it("isolation gvisor runs the sandbox on gVisor's kernel; the default is the process jail", async (t) => {
+    if (!existsSync("/usr/bin/runsc")) {
+      t.skip("runsc is not installed (scripts/deps installs Debian's runsc)");
+      return;
+    }
+    await Sandbox.with({ isolation: "gvisor", timeoutMs: 60_000 }, async (sb) => {
+      assert.equal((await sb.info()).isolation, "gvisor");
+      const r = await sb.commands.run("uname -r");
+      assert.notEqual(r.stdout.trim(), release(), "it ran on the host's kernel");
+      await sb.files.write("tier.txt", "gvisor");
+      assert.equal(await sb.files.read("tier.txt"), "gvisor");
+    });
+    await Sandbox.with({}, async (sb) => {
+      assert.equal((await sb.info()).isolation, "process");
+      assert.equal((await sb.commands.run("uname -r")).stdout.trim(), release());
+    });
+  });
 });
 
 describe("typed errors", () => {
@@ -224,6 +245,16 @@ describe("typed errors", () => {
     await sb.kill();
     await assert.rejects(sb.files.read("x"), SandboxGoneError);
     await assert.rejects(sb.runCode("1"), SandboxGoneError);
+  });
+
+  it("an unknown isolation is the daemon's invalid_request, as an InvalidArgumentError", async () => {
+    await assert.rejects(Sandbox.create({ isolation: "firecracker" }), (e: unknown) => {
+      assert.ok(e instanceof InvalidArgumentError);
+      assert.equal(e.status, 400);
+      assert.equal(e.code, "invalid_request");
+      assert.match(e.message, /isolation: unknown variant `firecracker`/);
+      return true;
+    });
   });
 
   it("an unknown template is a NotFoundError", async () => {

@@ -158,6 +158,20 @@ impl AgentClient {
         }
     }
 
+    /// A connection to `127.0.0.1:port` inside the sandbox, relayed by the agent (see
+    /// `Request::ConnectPort`): the stream carries the port's bytes once this returns.
+    pub async fn connect_port(&self, port: u16) -> Result<glovebox_proto::io::RawStream, AgentError> {
+        let start = async {
+            let (mut r, w) = self.open(&Request::ConnectPort { port }).await?;
+            let reply = r.json::<Reply>().await?;
+            Ok::<_, AgentError>((r, w, reply))
+        };
+        match tokio::time::timeout(REPLY_TIMEOUT, start).await.map_err(|_| NO_ANSWER)?? {
+            (r, w, Reply::Ok) => Ok(glovebox_proto::io::into_raw(r, w)),
+            (_, _, other) => Err(unexpected(other)),
+        }
+    }
+
     /// Renames `from` to `to`; the destination's info.
     pub async fn rename(&self, from: String, to: String) -> Result<FileInfo, AgentError> {
         self.file_info(&Request::Rename { from, to }).await

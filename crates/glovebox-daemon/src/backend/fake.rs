@@ -74,9 +74,15 @@ impl Agent {
 
     /// Ends the agent as a crash would: its socket stops answering, its exit is seen.
     pub(crate) fn die(&self) {
+        self.doom();
+        lock(&self.life).take();
+    }
+
+    /// Ends the agent as killing a gVisor sentry does: its socket stops answering and it is
+    /// no longer alive at once, but its exit is seen only later ([`Agent::die`]).
+    pub(crate) fn doom(&self) {
         self.alive.store(false, Ordering::Release);
         self.server.abort();
-        lock(&self.life).take();
     }
 }
 

@@ -65,6 +65,9 @@ pub struct Jail {
     agent_exe: PathBuf,
     /// The gVisor tier's runtime, or why there is none on this host.
     gvisor: std::result::Result<super::gvisor::Runsc, String>,
+    /// Whether shells are linked ahead from the start (every gVisor boot takes one), not
+    /// only from the first create that wants one.
+    link_from_start: bool,
 }
 
 /// The cgroup limits for a sandbox's limits.
@@ -138,7 +141,15 @@ impl Jail {
             disks: Err("no directory for disk images was given".into()),
             agent_exe: agent_exe.to_path_buf(),
             gvisor: super::gvisor::Runsc::detect(),
+            link_from_start: false,
         })
+    }
+
+    /// For a daemon whose creates default to gVisor: shells are linked ahead from the start
+    /// (every gVisor boot takes one), so the first create finds one ready as later ones do.
+    pub fn linking_from_start(mut self) -> Jail {
+        self.link_from_start = true;
+        self
     }
 
     /// Makes disk-backed sandboxes' images in `dir` (created, root-only). If it cannot be made
@@ -387,6 +398,9 @@ impl Backend for Jail {
     fn start(&self) {
         self.netns.refill();
         refill_shells(&self.host);
+        if self.link_from_start {
+            refill_linked(&self.host);
+        }
     }
 
     fn close(&self) {

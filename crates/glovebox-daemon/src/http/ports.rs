@@ -244,20 +244,8 @@ async fn pass(
     let sb = st.manager.get(&id)?;
     st.manager.wake_for_request(&sb)?;
     let guard = sb.activity.guard();
-    let pid = sb.pid;
+    let stream = connect(&st, &sb, port).await?;
     drop(sb);
-    let stream = tokio::task::spawn_blocking(move || crate::ports::connect(pid, port))
-        .await
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("connect: {e}")))?
-        .map_err(|e| match e {
-            ConnectError::NotListening { .. } => ApiError::new(ErrorCode::PortNotListening, e.to_string()),
-            ConnectError::Namespace { .. } => {
-                tracing::warn!(sandbox = %id, "port {port}: {e}");
-                ApiError::new(ErrorCode::PortNotListening, format!("sandbox {id} cannot be reached"))
-            }
-        })?;
-    let stream = tokio::net::TcpStream::from_std(stream)
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("register the connection: {e}")))?;
 
     // A token from the URL is kept for the browser's later requests to this host (the
     // page's own links carry no token).
@@ -304,6 +292,40 @@ async fn pass(
         chunk
     });
     Ok(Response::from_parts(parts, Body::from_stream(stream)))
+}
+
+/// A byte stream both ways: a TCP connection, or one relayed by the agent.
+trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
+/// A connection to `127.0.0.1:port` inside `sb`: made in its network namespace for a jailed
+/// sandbox; relayed by its agent under gVisor, whose network stack is the sentry's (the
+/// namespace's own loopback has nothing listening).
+async fn connect(st: &AppState, sb: &crate::manager::Sb, port: u16) -> ApiResult<Box<dyn Duplex>> {
+    let id = &sb.id;
+    if sb.isolation == glovebox_proto::api::Isolation::Gvisor {
+        return match sb.agent().connect_port(port).await {
+            Ok(s) => Ok(Box::new(s)),
+            Err(crate::agent::AgentError::Refused { message, .. }) => {
+                Err(ApiError::new(ErrorCode::PortNotListening, message))
+            }
+            Err(e) => Err(st.manager.agent_error(id, e).into()),
+        };
+    }
+    let pid = sb.pid;
+    let stream = tokio::task::spawn_blocking(move || crate::ports::connect(pid, port))
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("connect: {e}")))?
+        .map_err(|e| match e {
+            ConnectError::NotListening { .. } => ApiError::new(ErrorCode::PortNotListening, e.to_string()),
+            ConnectError::Namespace { .. } => {
+                tracing::warn!(sandbox = %id, "port {port}: {e}");
+                ApiError::new(ErrorCode::PortNotListening, format!("sandbox {id} cannot be reached"))
+            }
+        })?;
+    let stream = tokio::net::TcpStream::from_std(stream)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("register the connection: {e}")))?;
+    Ok(Box::new(stream))
 }
 
 /// The request as the server inside gets it: its path is what follows the port (path route),

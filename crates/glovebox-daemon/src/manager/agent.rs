@@ -19,10 +19,11 @@ impl Manager {
     pub fn agent_error(&self, id: &str, e: impl std::fmt::Display) -> Error {
         match self.get(id) {
             Err(gone @ Error::Gone { .. }) => gone,
-            // The agent died and the watch has not recorded it yet: say why it is gone now.
+            // The agent died and the watch has not recorded it yet: say why it is gone now,
+            // and from now on to every caller (the watch, woken, destroys it).
             Ok(sb) if !sb.host.alive() => Error::Gone {
                 id: id.to_string(),
-                reason: if sb.oom_kills() > 0 { EndReason::Oom } else { EndReason::Error },
+                reason: sb.clock.end(if sb.oom_kills() > 0 { EndReason::Oom } else { EndReason::Error }),
             },
             _ => Error::Agent(e.to_string()),
         }

@@ -87,12 +87,18 @@ impl Manager {
                         this.destroy(&sb.id, EndReason::Idle).await;
                         return;
                     }
-                    _ = sb.clock.wake.notified() => continue,
+                    _ = sb.clock.wake.notified() => {
+                        if let Some(&reason) = sb.clock.ended.get() {
+                            tracing::warn!(sandbox = %sb.id, reason = reason.as_str(), "sandbox processes gone");
+                            this.destroy(&sb.id, reason).await;
+                            return;
+                        }
+                    }
                     _ = &mut died => {
-                        if this.get(&sb.id).is_err() {
+                        if this.registry.live(&sb.id).is_none() {
                             return; // destroyed on purpose; the exit was ours
                         }
-                        let reason = if sb.oom_kills() > 0 { EndReason::Oom } else { EndReason::Error };
+                        let reason = sb.clock.end(if sb.oom_kills() > 0 { EndReason::Oom } else { EndReason::Error });
                         tracing::warn!(sandbox = %sb.id, reason = reason.as_str(), "sandbox agent exited");
                         this.destroy(&sb.id, reason).await;
                         return;

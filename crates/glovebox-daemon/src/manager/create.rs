@@ -135,7 +135,7 @@ impl Manager {
             crate::templates::apply_defaults(d, &mut req);
         }
         let limits = self.limits_for(&req.resources)?;
-        let isolation = req.isolation.unwrap_or_default();
+        let isolation = req.isolation.unwrap_or(self.cfg.default_isolation);
         let policy = glovebox_proto::policy::parse(&req.network).map_err(Error::Invalid)?;
         crate::egress::Egress::check_secrets(&self.secrets, tenant, &policy).map_err(Error::Invalid)?;
         let timeout_s = req.timeout_s.unwrap_or(api::DEFAULT_TIMEOUT_S);

@@ -86,6 +86,8 @@ pub struct Config {
     pub retention: Duration,
     /// The base domain of exposed ports' preview hosts (`P-<id>.<domain>`; see `ports`).
     pub preview_domain: String,
+    /// The tier of sandboxes whose create names none and whose template names none either.
+    pub default_isolation: glovebox_proto::api::Isolation,
 }
 
 impl Config {
@@ -100,6 +102,7 @@ impl Config {
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
             preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
+            default_isolation: glovebox_proto::api::Isolation::Process,
             shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from),
             auto_build: std::env::var_os("GLOVEBOX_AUTO_BUILD").is_none_or(|v| v != "0"),
             data_dir,
@@ -217,6 +220,12 @@ impl Manager {
             // through here to its own mount point once; nothing here is readable to it.
             fs::set_permissions(d, fs::Permissions::from_mode(0o711)).map_err(internal("chmod data dir"))?;
         }
+        // Without runsc, a daemon whose creates default to gVisor would answer each one 503:
+        // it does not start, and says why (before anything is made on the host).
+        if cfg.default_isolation == glovebox_proto::api::Isolation::Gvisor {
+            crate::backend::gvisor::Runsc::detect()
+                .map_err(|why| Error::Unavailable(format!("default isolation gvisor: {why}")))?;
+        }
         let work: Arc<crate::idle::Activity> = Arc::default();
         // The store before the jail: a store too new for this binary stops the start early.
         let store = open_store(&cfg.data_dir)?;
@@ -231,6 +240,10 @@ impl Manager {
             cfg.link_pool,
         )?
         .with_disks(cfg.data_dir.join("disks"));
+        let jail = match cfg.default_isolation {
+            glovebox_proto::api::Isolation::Gvisor => jail.linking_from_start(),
+            glovebox_proto::api::Isolation::Process => jail,
+        };
         Manager::with_backend(cfg, store, Arc::new(jail), work, net)
     }
 

@@ -69,11 +69,23 @@ pub struct Lifetime {
     pub(crate) wake: Notify,
     /// `Some(left)` while the sandbox is paused (see `manager::pause`).
     pub(crate) paused: Mutex<Option<Duration>>,
+    /// Why it ended, when a request saw its processes gone before its watch did (a gVisor
+    /// sentry takes a while to exit once killed): from then on it is gone to every caller,
+    /// and the woken watch destroys it.
+    pub(crate) ended: std::sync::OnceLock<api::EndReason>,
 }
 
 impl Lifetime {
     pub(crate) fn new(d: Deadline) -> Lifetime {
-        Lifetime { deadline: Mutex::new(d), wake: Notify::new(), paused: Mutex::new(None) }
+        Lifetime { deadline: Mutex::new(d), wake: Notify::new(), paused: Mutex::new(None), ended: Default::default() }
+    }
+
+    /// Records that the sandbox ended (the first reason stays) and wakes its watch; the
+    /// reason in force.
+    pub(crate) fn end(&self, reason: api::EndReason) -> api::EndReason {
+        let r = *self.ended.get_or_init(|| reason);
+        self.wake.notify_one();
+        r
     }
 
     /// The deadline; while paused, the one resuming now would set.

@@ -85,7 +85,10 @@ impl Manager {
     /// The live sandbox, or why it is not.
     pub fn get(&self, id: &str) -> Result<Arc<Sb>> {
         if let Some(sb) = self.registry.live(id) {
-            return Ok(sb);
+            return match sb.clock.ended.get() {
+                Some(&reason) => Err(Error::Gone { id: id.to_string(), reason }),
+                None => Ok(sb),
+            };
         }
         if let Some(reason) = self.registry.gone(id) {
             return Err(Error::Gone { id: id.to_string(), reason });
@@ -102,8 +105,13 @@ impl Manager {
 
     /// The live sandboxes `caller` may see.
     pub fn list_for(&self, caller: &crate::tenants::Caller) -> Vec<Sandbox> {
-        let mut v: Vec<Sandbox> =
-            self.registry.all().iter().filter(|s| caller.may_access(&s.tenant)).map(|s| s.view()).collect();
+        let mut v: Vec<Sandbox> = self
+            .registry
+            .all()
+            .iter()
+            .filter(|s| caller.may_access(&s.tenant) && s.clock.ended.get().is_none())
+            .map(|s| s.view())
+            .collect();
         v.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         v
     }

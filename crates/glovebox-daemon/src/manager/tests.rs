@@ -121,6 +121,28 @@ async fn agent_death_ends_the_sandbox_and_calls_answer_gone() {
     assert_eq!(ended(&f.m, &sb.id, Duration::from_secs(5)).await, Some(EndReason::Error));
 }
 
+/// A request that finds the sandbox's processes gone before its watch sees the exit (a gVisor
+/// sentry takes a while to exit once killed) answers gone, and from then on so does everyone:
+/// no GET or list says `running` after a 410, and the woken watch destroys it.
+#[tokio::test]
+async fn once_a_call_answers_gone_every_later_call_does() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    let agent = f.fake.agent(&sb.id).expect("booted");
+    agent.doom();
+    let r = crate::ops::exec(&f.m, &sb, exec(serde_json::json!({"cmd": ["echo", "x"]}))).await;
+    assert!(matches!(r, Err(Error::Gone { reason: EndReason::Error, .. })), "{r:?}");
+    assert!(matches!(f.m.get(&sb.id), Err(Error::Gone { reason: EndReason::Error, .. })));
+    assert!(f.m.list().iter().all(|s| s.id != sb.id), "listed after a call answered gone");
+    assert_eq!(ended(&f.m, &sb.id, Duration::from_secs(5)).await, Some(EndReason::Error));
+    let t = Instant::now();
+    while f.m.registry.live(&sb.id).is_some() && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(f.m.registry.live(&sb.id).is_none(), "the watch did not destroy it");
+    agent.die();
+}
+
 #[tokio::test]
 async fn destroy_all_ends_every_sandbox() {
     let f = fixture();

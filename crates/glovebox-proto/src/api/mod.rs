@@ -379,30 +379,6 @@ pub struct VolumesSwept {
     pub swept: Vec<String>,
 }
 
-/// Which kernel a sandbox's processes run on (see docs/threat-model.md for what each stops).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Isolation {
-    /// The process jail: the host kernel, behind namespaces, a private uid range, seccomp,
-    /// Landlock and cgroups.
-    #[default]
-    Process,
-    /// gVisor: the processes run on gVisor's sentry (`runsc`), a kernel in user space; the
-    /// host kernel sees only the sentry's own narrow system calls. Slower to start and to
-    /// make system calls; answered `unavailable` where the host has no `runsc`.
-    Gvisor,
-}
-
-impl Isolation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Isolation::Process => "process",
-            Isolation::Gvisor => "gvisor",
-        }
-    }
-}
-
 /// What the idle clock does to an idle sandbox.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -992,9 +968,11 @@ impl std::fmt::Display for ErrorCode {
 
 mod admin;
 mod code;
+mod isolation;
 
 pub use admin::*;
 pub use code::*;
+pub use isolation::Isolation;
 
 #[cfg(test)]
 mod tests {

@@ -71,6 +71,10 @@ pub struct McpArgs {
     /// Lifetime of the session's sandbox, e.g. 30m, 2h.
     #[arg(long, default_value = "30m")]
     timeout: String,
+    /// Which kernel the session's sandbox runs on: process (the jail) or gvisor (default:
+    /// the template's, else the daemon's).
+    #[arg(long)]
+    isolation: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
     /// Most bytes of text in one tool result, e.g. 32K (the rest is cut, and the result says so).
@@ -99,6 +103,7 @@ impl Config {
             template: a.template,
             timeout_s: Some(timeout_s),
             resources: a.limits.resources()?,
+            isolation: crate::parse_isolation(a.isolation.as_deref())?,
             metadata: [(SESSION_KEY.to_string(), session.clone())].into(),
             ..Default::default()
         };

@@ -155,6 +155,50 @@ pub fn run_checks(d: &Daemon, cmd: &mut Command, done: &str) -> (String, usize) 
     (stdout, oks)
 }
 
+/// The isolation tier of sandboxes whose create names none, in every daemon the harness
+/// starts: `GLOVEBOX_TEST_ISOLATION` (`process`, the default, or `gvisor`). scripts/test runs
+/// the contract tests (api, files, code, lifecycle, limits, ports) a second time with `gvisor`.
+pub fn test_isolation() -> &'static str {
+    static TIER: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    TIER.get_or_init(|| match std::env::var("GLOVEBOX_TEST_ISOLATION").as_deref() {
+        Err(_) | Ok("" | "process") => "process",
+        Ok("gvisor") => "gvisor",
+        Ok(other) => panic!("GLOVEBOX_TEST_ISOLATION={other:?}: want process or gvisor"),
+    })
+}
+
+/// Whether the harness's daemons default to the gVisor tier (see [`test_isolation`]).
+pub fn under_gvisor() -> bool {
+    test_isolation() == "gvisor"
+}
+
+/// Says what part of a test does not run under the gVisor tier and which section of
+/// docs/gvisor.md says why: on the test's output, and appended to
+/// `target/gvisor-skips.txt`, which `scripts/test` prints after the gVisor run (a passing
+/// test's output is not shown).
+pub fn skipped_under_gvisor(what: &str, section: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let line = format!("{}::{test}: SKIPPED {what} (docs/gvisor.md, \"{section}\")", env!("CARGO_CRATE_NAME"));
+    eprintln!("{line}");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/gvisor-skips.txt");
+    if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(file) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Skips (returns from) a test that cannot hold under the gVisor tier by design, when the
+/// suite runs with `GLOVEBOX_TEST_ISOLATION=gvisor`; prints the reason and the section of
+/// docs/gvisor.md that states it. Never skips under the process jail.
+#[macro_export]
+macro_rules! skip_under_gvisor {
+    ($why:expr, $section:expr) => {
+        if $crate::common::under_gvisor() {
+            $crate::common::skipped_under_gvisor($why, $section);
+            return;
+        }
+    };
+}
+
 /// A random lowercase token, from the kernel's randomness (no extra crates).
 pub fn rand_token(len: usize) -> String {
     let mut buf = vec![0u8; len];
@@ -489,6 +533,8 @@ thread_local! {
     static ROUTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Shell commands run before the daemon is exec'd (empty: it is started directly).
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
+    /// The daemon's default isolation, if not [`test_isolation`].
+    static ISOLATION: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
 }
 
 fn warm_pool() -> usize {
@@ -539,6 +585,15 @@ impl Daemon {
         ROUTER.with(|k| k.set(true));
         let d = Daemon::start();
         ROUTER.with(|k| k.set(false));
+        d
+    }
+
+    /// A daemon whose creates that name no isolation (and whose template names none) get
+    /// `tier` (`--default-isolation`), whatever `GLOVEBOX_TEST_ISOLATION` says.
+    pub fn start_with_isolation(tier: &'static str) -> Daemon {
+        ISOLATION.with(|k| k.set(Some(tier)));
+        let d = Daemon::start();
+        ISOLATION.with(|k| k.set(None));
         d
     }
 
@@ -594,6 +649,7 @@ impl Daemon {
                 .args(["--warm-pool", &warm_pool().to_string()])
                 .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
                 .args(router_port.iter().flat_map(|p| ["--router-listen".to_string(), format!("127.0.0.1:{p}")]))
+                .args(["--default-isolation", ISOLATION.with(|k| k.get()).unwrap_or_else(test_isolation)])
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")

@@ -324,7 +324,7 @@ def probe_exe_overwrite():
         # up into its own writable layer. The agent's binary is a read-only bind of the host's.
         def is_agent(o):
             try:
-                return os.readlink(o.split(":")[0].split(" ")[0]) == "/run/glovebox/agent"
+                return os.readlink(o.split(":")[0].split(" ")[0]) == "/run/glovebox/glovebox-agent"
             except OSError:
                 return False
         own = [o for o in opened if not is_agent(o)]

@@ -103,11 +103,12 @@ class AsyncSandbox:
         on_idle: Optional[str] = None,
         volumes: Optional[Sequence[VolumeSpec]] = None,
         snapshot: Optional[str] = None,
+        isolation: Optional[str] = None,
     ) -> "AsyncSandbox":
         sb = await _call(Sandbox.create, template=template, timeout=timeout, cpus=cpus, memory_mb=memory_mb,
                          disk_mb=disk_mb, pids=pids, env=env, metadata=metadata, network=network, url=url,
                          api_key=api_key, request_timeout=request_timeout, idle_timeout=idle_timeout,
-                         on_idle=on_idle, volumes=volumes, snapshot=snapshot)
+                         on_idle=on_idle, volumes=volumes, snapshot=snapshot, isolation=isolation)
         return cls(sb)
 
     @classmethod

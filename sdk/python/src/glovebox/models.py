@@ -74,6 +74,8 @@ class SandboxInfo:
     parent_id: Optional[str] = None
     #: Its lineage, parent first.
     ancestors: List[str] = field(default_factory=list)
+    #: Which kernel its processes run on: ``"process"`` (the jail) or ``"gvisor"``.
+    isolation: str = "process"
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -91,6 +93,7 @@ class SandboxInfo:
             snapshot=d.get("snapshot"),
             parent_id=d.get("parent_id"),
             ancestors=list(d.get("ancestors") or []),
+            isolation=d.get("isolation") or "process",
         )
 
 

@@ -110,6 +110,7 @@ class Sandbox:
         on_idle: Optional[str] = None,
         volumes: Optional[Sequence[VolumeSpec]] = None,
         snapshot: Optional[str] = None,
+        isolation: Optional[str] = None,
     ) -> "Sandbox":
         """Creates a sandbox. ``timeout`` is its lifetime in seconds (it is destroyed then,
         whatever runs; extend with :meth:`set_timeout`). ``network`` is a policy object
@@ -119,7 +120,10 @@ class Sandbox:
         ``on_idle="pause"`` it is paused instead. ``volumes`` mounts volumes (see
         :class:`Volume`): ``["data:/data", "ref:/ref:ro"]`` or ``{"name", "path", "read_only"}``
         dicts. ``snapshot`` starts it from one of your snapshots (its files are there at once;
-        its template is the snapshot's)."""
+        its template is the snapshot's). ``isolation`` is which kernel its processes run on:
+        ``"process"`` (the process jail) or ``"gvisor"`` (gVisor's user-space kernel, see
+        docs/gvisor.md); ``None`` leaves it to the template, else the daemon's default. A value
+        the daemon does not know raises :class:`InvalidArgumentError` (``invalid_request``)."""
         t = Transport(url, api_key, request_timeout)
         body = _create_body(template, timeout, cpus, memory_mb, disk_mb, pids, env, metadata, network)
         if idle_timeout is not None:
@@ -131,6 +135,8 @@ class Sandbox:
             body["volumes"] = mounts
         if snapshot is not None:
             body["snapshot"] = snapshot
+        if isolation is not None:
+            body["isolation"] = isolation
         info = SandboxInfo.from_json(t.request("POST", "/v1/sandboxes", json=body).json())
         return cls(info.id, transport=t, info=info)
 
