@@ -103,7 +103,9 @@ impl Config {
             retention: Duration::from_secs(24 * 3600),
             preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
             default_isolation: glovebox_proto::api::Isolation::Process,
-            shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR").map(PathBuf::from),
+            // Absolute: the jailer resolves layer paths from its own working directory.
+            shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
+                .map(|d| std::path::absolute(&d).unwrap_or_else(|_| PathBuf::from(d))),
             auto_build: std::env::var_os("GLOVEBOX_AUTO_BUILD").is_none_or(|v| v != "0"),
             data_dir,
         }

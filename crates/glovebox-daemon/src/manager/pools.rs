@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use glovebox_proto::api::Limits;
 
@@ -40,6 +40,16 @@ pub(crate) struct WarmPool {
     filling: AtomicUsize,
     /// Set at shutdown: no more refills, and a boot that ends after it is discarded.
     closed: AtomicBool,
+    /// Refill boots that failed in a row (a broken template, a full disk): the next waits
+    /// longer each time instead of retrying at once.
+    failures: std::sync::atomic::AtomicU32,
+}
+
+/// How long a refill waits after `failures` boots failed in a row: 250 ms, doubling, at most
+/// a minute.
+fn refill_backoff(failures: u32) -> Duration {
+    let ms = 250u64.saturating_mul(1u64 << failures.saturating_sub(1).min(8));
+    Duration::from_millis(ms.min(60_000))
 }
 
 impl WarmPool {
@@ -167,12 +177,22 @@ impl Manager {
                 let spec = this.spec(&this.pool_limits(), &tpl, None, true);
                 let (m, t) = (this.clone(), tpl.clone());
                 let booted = tokio::task::spawn_blocking(move || m.boot(&spec, &t)).await;
-                match booted {
-                    Ok(Ok(b)) => this.warm_up(b, &tpl).await,
-                    Ok(Err(e)) => tracing::warn!("warm pool: {e}"),
-                    Err(e) => tracing::warn!("warm pool task: {e}"),
-                }
+                let failed = match booted {
+                    Ok(Ok(b)) => {
+                        this.warm.failures.store(0, Ordering::Release);
+                        this.warm_up(b, &tpl).await;
+                        None
+                    }
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(format!("task: {e}")),
+                };
                 this.warm.filling.fetch_sub(1, Ordering::AcqRel);
+                if let Some(e) = failed {
+                    let n = this.warm.failures.fetch_add(1, Ordering::AcqRel) + 1;
+                    let wait = refill_backoff(n);
+                    tracing::warn!("warm pool: {e} ({n} in a row; next try in {wait:?})");
+                    tokio::time::sleep(wait).await;
+                }
                 // Keep going until the pool is full.
                 this.refill_pool();
             });
@@ -229,5 +249,19 @@ impl Manager {
             host,
             limits: spec.limits.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_refills_wait_longer_each_time_up_to_a_minute() {
+        let waits: Vec<u64> = (1..=12).map(|n| refill_backoff(n).as_millis() as u64).collect();
+        assert_eq!(&waits[..4], &[250, 500, 1000, 2000]);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]), "{waits:?}");
+        assert_eq!(*waits.last().unwrap(), 60_000);
+        assert_eq!(refill_backoff(u32::MAX), Duration::from_secs(60));
     }
 }
