@@ -102,8 +102,14 @@ pub async fn serve(
         let app = app.clone();
         tokio::spawn(async move {
             // gRPC (the Modal front-end) opens with the HTTP/2 preface; everything else is
-            // HTTP/1.1.
-            if starts_with_h2_preface(&tcp).await {
+            // HTTP/1.1. A connection that has sent nothing yet when the daemon shuts down has
+            // no request in flight: it is closed, not waited for (an HTTP client may open one
+            // ahead of a request it then sends on a pooled connection).
+            let h2 = tokio::select! {
+                h2 = starts_with_h2_preface(&tcp) => h2,
+                _ = close.changed() => return,
+            };
+            if h2 {
                 serve_grpc(grpc, tcp, close).await;
                 return;
             }
@@ -228,5 +234,38 @@ mod tests {
         assert!(!first_bytes(&[b"GET /healthz HTTP/1.1\r\n\r\n"]).await);
         assert!(!first_bytes(&[b"POST /v1/sandboxes HTTP/1.1\r\n"]).await, "P, then not the preface");
         assert!(!first_bytes(&[b"PRI * HTTP/1.1\r\n"]).await);
+    }
+
+    /// A client that opened a connection and sent nothing on it (an HTTP client's spare,
+    /// opened while its request went out on a pooled one) has nothing in flight: shutdown
+    /// closes it at once instead of waiting `SHUTDOWN_GRACE` for it.
+    #[tokio::test]
+    async fn shutdown_does_not_wait_for_a_silent_connection() {
+        use tokio::io::AsyncReadExt;
+        let f = crate::manager::testing::fixture();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(serve(f.m.clone(), l, "k".into(), async move {
+            let _ = rx.await;
+        }));
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // An answered request on another connection, kept open (idle keep-alive).
+        let mut used = tokio::net::TcpStream::connect(addr).await.unwrap();
+        used.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = used.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        let t = std::time::Instant::now();
+        tx.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(3), served)
+            .await
+            .expect("shutdown waited for idle connections")
+            .unwrap()
+            .unwrap();
+        assert!(t.elapsed() < std::time::Duration::from_secs(3));
+        // Both were closed by the daemon.
+        assert_eq!(idle.read(&mut buf).await.unwrap(), 0, "the silent connection is closed");
+        assert_eq!(used.read(&mut buf).await.unwrap(), 0, "the idle keep-alive connection is closed");
     }
 }
