@@ -174,3 +174,4 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"ab"));
     }
 }
+

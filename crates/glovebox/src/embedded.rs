@@ -28,11 +28,12 @@ pub fn open_daemon_manager(
 }
 
 /// The manager of an embedded one-shot run: it never adopts (its sandboxes end with it),
-/// and links no namespace ahead (its one sandbox links its own).
+/// and makes nothing ahead (its one sandbox makes its own namespace, link and shell).
 pub fn open_manager(data_dir: &Path, warm_pool: usize) -> Result<Arc<Manager>> {
     open_with(data_dir, |cfg| {
         cfg.warm_pool = warm_pool;
         cfg.link_pool = 0;
+        cfg.make_ahead = false;
     })
 }
 

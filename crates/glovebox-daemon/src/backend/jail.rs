@@ -19,6 +19,7 @@ use glovebox_proto::api::Limits;
 
 use super::jailed::{pidfd_alive, Jailed};
 use super::made_ahead::{between_requests, quiet_moment, Linked, LinkedShells, NetnsPool, Shell, Shells, LINK_LOW};
+use super::skel::Skeleton;
 use super::{Backend, Instance, Orphan, Recorded, Spec};
 use crate::error::{Error, Result};
 use crate::idle::Activity;
@@ -32,7 +33,7 @@ struct Host {
     slots: Slots,
     /// `<run_dir>/sandboxes`: one private directory per sandbox.
     sandboxes: PathBuf,
-    /// `<run_dir>/base`: the base skeletons, one per process sharing the run dir.
+    /// `<run_dir>/base`: the base skeletons (see `skel`).
     bases: PathBuf,
     /// The limits shells are made ahead with (the daemon's defaults).
     defaults: cgroup::Limits,
@@ -41,6 +42,9 @@ struct Host {
     linked: LinkedShells,
     /// The host's side of sandbox networking (links made ahead, their rules).
     net: Arc<Net>,
+    /// Whether network namespaces and a shell are kept made ahead of creates (else only
+    /// the first create's are).
+    make_ahead: bool,
     /// Sandbox work in flight: what is made ahead waits for a quiet moment.
     work: Arc<Activity>,
 }
@@ -50,8 +54,10 @@ pub struct Jail {
     host: Arc<Host>,
     /// Starts jailers (through a fork server, see `glovebox_jail::launch::Launcher`).
     launcher: glovebox_jail::launch::Launcher,
-    /// The root skeleton over the host's /usr (this process's own copy).
+    /// The root skeleton over the host's /usr (see `skel`).
     skel: PathBuf,
+    /// Our hold on it, until no sandbox of ours needs it.
+    skel_hold: std::sync::Mutex<Option<Skeleton>>,
     /// The commands' seccomp filter, compiled once for every sandbox's agent.
     seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     /// The agent's own seccomp filter, compiled once for every sandbox's agent.
@@ -74,9 +80,11 @@ pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
 
 impl Jail {
     /// Prepares the jail under `run_dir` (its `sandboxes`, `base` and `slots` directories
-    /// exist): detects the cgroups, builds this process's base skeleton (with the language
+    /// exist): detects the cgroups, opens the base skeleton (built first if needed, with the language
     /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet;
-    /// `link_pool` shells are kept linked ahead through `net`.
+    /// `link_pool` shells are kept linked ahead through `net`; without `make_ahead`, one
+    /// namespace and one shell are made at the start and never replaced (a process that
+    /// creates one sandbox and ends: see `Config::make_ahead`).
     pub fn open(
         run_dir: &Path,
         cgroup_root: &Path,
@@ -85,24 +93,34 @@ impl Jail {
         work: Arc<Activity>,
         net: Arc<Net>,
         link_pool: usize,
+        make_ahead: bool,
     ) -> Result<Jail> {
+        // Orphans reparent to us, so the agents we start stay our children to reap.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
+        // It starts while the rest is prepared; its hello is read at the end.
+        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
         let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
         fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
         let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
-        // Each process sharing the data dir gets its own skeleton copy, so one daemon's
-        // start never replaces the tree under another's running sandboxes.
-        let skel = run_dir.join("base").join(format!("host-{}", std::process::id()));
-        glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
-        let kdir = skel.join(crate::kernels::KERNEL_DIR.trim_start_matches('/'));
-        fs::create_dir_all(&kdir).map_err(internal("kernel dir"))?;
-        for (name, body) in crate::kernels::KERNEL_FILES {
-            fs::write(kdir.join(name), body).map_err(internal("write kernel"))?;
-        }
-        // Orphans reparent to us, so the agents we start stay our children to reap.
-        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
-        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
+        // Shared by every process whose inputs are the same, never rewritten in place.
+        let skel_hold = Skeleton::open(&run_dir.join("base")).map_err(internal("base root skeleton"))?;
+        let skel = skel_hold.path().to_path_buf();
+        let seccomp = match glovebox_jail::seccomp::compile() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        let agent_seccomp = match glovebox_jail::seccomp::compile_agent() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("agent seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
         if let Err(why) = launcher.server() {
             tracing::warn!("jailer fork server: {why}; each sandbox's jailer is spawned instead");
         }
@@ -116,24 +134,14 @@ impl Jail {
                 shells: Shells::default(),
                 linked: LinkedShells::new(link_pool),
                 net,
+                make_ahead,
                 work: work.clone(),
             }),
             launcher,
             skel,
-            seccomp: match glovebox_jail::seccomp::compile() {
-                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-                Err(e) => {
-                    tracing::warn!("seccomp: {e}; each agent compiles its own");
-                    None
-                }
-            },
-            agent_seccomp: match glovebox_jail::seccomp::compile_agent() {
-                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-                Err(e) => {
-                    tracing::warn!("agent seccomp: {e}; each agent compiles its own");
-                    None
-                }
-            },
+            skel_hold: std::sync::Mutex::new(Some(skel_hold)),
+            seccomp,
+            agent_seccomp,
             netns: Arc::new(NetnsPool::new(work)),
             disks: Err("no directory for disk images was given".into()),
             agent_exe: agent_exe.to_path_buf(),
@@ -219,7 +227,7 @@ impl Backend for Jail {
         if spec.link && !spec.background {
             refill_linked(&self.host);
         }
-        if !ahead && !spec.background {
+        if !ahead && !spec.background && self.host.make_ahead {
             refill_shells(&self.host);
         }
         let skel = spec.root_skel.as_ref().unwrap_or(&self.skel);
@@ -235,7 +243,7 @@ impl Backend for Jail {
                 tracing::debug!(sandbox = %shell.id, "background cpu weight: {e}");
             }
         }
-        let netns = netns.or_else(|| self.netns.take());
+        let netns = netns.or_else(|| if self.host.make_ahead { self.netns.take() } else { self.netns.take_last() });
         let mut jc = self.config(spec, &shell, netns.as_ref(), ahead);
         let image = match (in_memory(&spec.limits) || spec.upper.is_some(), &self.disks) {
             (true, _) => Ok(None),
@@ -385,8 +393,28 @@ impl Backend for Jail {
     }
 
     fn start(&self) {
-        self.netns.refill();
-        refill_shells(&self.host);
+        if self.host.make_ahead {
+            self.netns.refill();
+            refill_shells(&self.host);
+        } else {
+            // The one create such a process is started for comes in a few milliseconds:
+            // its namespace and shell are made now, beside the rest of the start-up.
+            let (host, netns) = (self.host.clone(), self.netns.clone());
+            tokio::task::spawn_blocking(move || {
+                use std::sync::atomic::Ordering;
+                if host.shells.filling.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                netns.make_one();
+                if !host.shells.closed() {
+                    match host.make_shell(random_token(16), &host.defaults) {
+                        Ok(s) => host.shells.put(s),
+                        Err(e) => tracing::debug!("shell made ahead: {e}"),
+                    }
+                }
+                host.shells.filling.store(false, Ordering::Release);
+            });
+        }
     }
 
     fn close(&self) {
@@ -395,7 +423,7 @@ impl Backend for Jail {
     }
 
     fn release_own_state(&self) {
-        let _ = fs::remove_dir_all(&self.skel);
+        drop(crate::util::lock(&self.skel_hold).take());
     }
 }
 
@@ -539,8 +567,8 @@ impl Jail {
         }
     }
 
-    /// Removes the base skeletons of processes that are gone, unless a sandbox (adopted
-    /// after a restart) still has its root on one.
+    /// Removes the base trees nobody uses (see `skel::reap`); a sandbox adopted after a
+    /// restart keeps the one its root is on.
     fn reap_skeletons(&self) {
         let mut used = std::collections::HashSet::new();
         if let Ok(rd) = fs::read_dir(&self.host.sandboxes) {
@@ -550,22 +578,7 @@ impl Jail {
                 }
             }
         }
-        let Ok(entries) = fs::read_dir(&self.host.bases) else { return };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let pid = name
-                .strip_prefix("host-")
-                .or_else(|| name.strip_prefix("mini-"))
-                .and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok());
-            if let Some(pid) = pid {
-                if pid != std::process::id() as i32
-                    && !Path::new(&format!("/proc/{pid}")).exists()
-                    && !used.contains(&e.path())
-                {
-                    let _ = fs::remove_dir_all(e.path());
-                }
-            }
-        }
+        super::skel::reap(&self.host.bases, &used);
     }
 }
 
