@@ -143,6 +143,36 @@ pub async fn serve(
     Ok(())
 }
 
+/// The native API called in this process, without a socket: what an embedded daemon's own
+/// client (`glovebox run` with no daemon) uses. The native routes with the same
+/// authentication and middleware as [`serve`]'s; not the other front-ends (E2B, Vercel,
+/// Daytona, sandboxd, exposed ports), which no embedded client calls and whose routes take
+/// as long again to build, nor what only a connection gives (a reset instead of an orderly
+/// close, HTTP/2 for the gRPC front-ends).
+#[derive(Clone)]
+pub struct Local(axum::Router);
+
+impl Local {
+    pub fn new(manager: Arc<Manager>, api_key: String) -> Local {
+        let state = AppState { manager, api_key: Arc::new(api_key) };
+        Local(crate::http::router(state.clone()).layer(axum::middleware::from_fn_with_state(state, count_responses)))
+    }
+
+    /// Answers one request; the response's body streams as its handler produces it.
+    pub async fn call<B>(&self, req: axum::http::Request<B>) -> axum::http::Response<axum::body::BodyDataStream>
+    where
+        B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        use tower::ServiceExt;
+        let resp = match self.0.clone().oneshot(req.map(axum::body::Body::new)).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        resp.map(axum::body::Body::into_data_stream)
+    }
+}
+
 /// The client preface every HTTP/2 prior-knowledge connection opens with (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
