@@ -45,6 +45,9 @@ struct Host {
     /// Whether network namespaces and a shell are kept made ahead of creates (else only
     /// the first create's are).
     make_ahead: bool,
+    /// Set once the first boot's jailer has joined its cgroups: the cgroup migration lock
+    /// is no longer kept warm for it (see `keep_migration_lock_warm`).
+    first_joined: Arc<std::sync::atomic::AtomicBool>,
     /// Sandbox work in flight: what is made ahead waits for a quiet moment.
     work: Arc<Activity>,
 }
@@ -78,7 +81,61 @@ pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
     cgroup::Limits { memory_bytes: l.memory_mb << 20, cpu_quota: l.cpus, pids: l.pids }
 }
 
+/// What [`Jail::open`] needs that takes milliseconds of its own and depends on nothing else
+/// of the daemon's start-up, made on a thread of its own beside it (the store's opening, the
+/// fork server's start): the base skeleton, opened (built if needed), and both seccomp filters
+/// compiled. For a process that boots one sandbox right after it starts, the cgroup migration
+/// lock is warmed from here on too (see [`keep_migration_lock_warm`]).
+pub struct Preparing {
+    work: Option<std::thread::JoinHandle<Prepared>>,
+    bases: PathBuf,
+    first_joined: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct Prepared {
+    skel: std::io::Result<Skeleton>,
+    seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+}
+
+impl Prepared {
+    fn now(bases: &Path) -> Prepared {
+        // Shared by every process whose inputs are the same, never rewritten in place.
+        let skel = Skeleton::open(bases);
+        let seccomp = match glovebox_jail::seccomp::compile() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        let agent_seccomp = match glovebox_jail::seccomp::compile_agent() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("agent seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        Prepared { skel, seccomp, agent_seccomp }
+    }
+}
+
 impl Jail {
+    /// Starts what [`Jail::open`] needs first (see [`Preparing`]) under `run_dir` (its `base`
+    /// directory exists); with `one_boot` (no `make_ahead`), warms the cgroup migration lock
+    /// in `cgroup_root` until the first boot.
+    pub fn prepare(run_dir: &Path, cgroup_root: &Path, one_boot: bool) -> Preparing {
+        let bases = run_dir.join("base");
+        let first_joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if one_boot {
+            keep_migration_lock_warm(cgroup_root, first_joined.clone());
+        }
+        let b = bases.clone();
+        let work = std::thread::Builder::new().name("glovebox-prepare".into()).spawn(move || Prepared::now(&b));
+        // Without a thread, `open` does the same work itself.
+        Preparing { work: work.ok(), bases, first_joined }
+    }
+
     /// Prepares the jail under `run_dir` (its `sandboxes`, `base` and `slots` directories
     /// exist): detects the cgroups, opens the base skeleton (built first if needed, with the language
     /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet;
@@ -94,6 +151,7 @@ impl Jail {
         net: Arc<Net>,
         link_pool: usize,
         make_ahead: bool,
+        prepared: Preparing,
     ) -> Result<Jail> {
         // Orphans reparent to us, so the agents we start stay our children to reap.
         let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
@@ -104,23 +162,13 @@ impl Jail {
         fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
         let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
-        // Shared by every process whose inputs are the same, never rewritten in place.
-        let skel_hold = Skeleton::open(&run_dir.join("base")).map_err(internal("base root skeleton"))?;
+        let Preparing { work: preparing, bases, first_joined } = prepared;
+        let Prepared { skel: skel_hold, seccomp, agent_seccomp } = match preparing {
+            Some(t) => t.join().map_err(|_| Error::Internal("jail preparation thread panicked".into()))?,
+            None => Prepared::now(&bases),
+        };
+        let skel_hold = skel_hold.map_err(internal("base root skeleton"))?;
         let skel = skel_hold.path().to_path_buf();
-        let seccomp = match glovebox_jail::seccomp::compile() {
-            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-            Err(e) => {
-                tracing::warn!("seccomp: {e}; each agent compiles its own");
-                None
-            }
-        };
-        let agent_seccomp = match glovebox_jail::seccomp::compile_agent() {
-            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-            Err(e) => {
-                tracing::warn!("agent seccomp: {e}; each agent compiles its own");
-                None
-            }
-        };
         if let Err(why) = launcher.server() {
             tracing::warn!("jailer fork server: {why}; each sandbox's jailer is spawned instead");
         }
@@ -135,6 +183,7 @@ impl Jail {
                 linked: LinkedShells::new(link_pool),
                 net,
                 make_ahead,
+                first_joined,
                 work: work.clone(),
             }),
             launcher,
@@ -260,6 +309,7 @@ impl Backend for Jail {
             log.map_err(|e| Error::Internal(format!("agent log: {e}")))
                 .and_then(|log| self.launcher.launch(&jc, log).map_err(|e| Error::Start(e.to_string())))
         });
+        self.host.first_joined.store(true, std::sync::atomic::Ordering::Release);
         // The jailer joined it before reporting ready (or failed): ours can go. So can the
         // image's name: its mount holds it (and frees its blocks when the sandbox is gone).
         drop(netns);
@@ -607,6 +657,32 @@ impl Host {
                 Err(Error::Start(format!("cgroup: {e}")))
             }
         }
+    }
+}
+
+/// How long the cgroup migration lock is kept warm for a first boot that does not come.
+const WARM_LOCK_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// For a process that boots one sandbox right after it starts (see `Config::make_ahead`):
+/// takes the kernel's cgroup migration lock now and then every millisecond on a thread of its
+/// own, until `joined` (the first boot's jailer is in its cgroups) or [`WARM_LOCK_BOUND`], so
+/// that the jailer's `cgroup.procs` writes find it warm instead of waiting for an RCU grace
+/// period first (see `glovebox_jail::cgroup::lock`); the first wait happens here, beside the
+/// rest of the start-up.
+fn keep_migration_lock_warm(cgroup_root: &Path, joined: Arc<std::sync::atomic::AtomicBool>) {
+    let root = cgroup_root.to_path_buf();
+    let spawned = std::thread::Builder::new().name("glovebox-cgroup-lock".into()).spawn(move || {
+        let t = std::time::Instant::now();
+        while !joined.load(std::sync::atomic::Ordering::Acquire) && t.elapsed() < WARM_LOCK_BOUND {
+            if let Err(e) = glovebox_jail::cgroup::lock::touch(&root) {
+                tracing::debug!("cgroup migration lock: {e}");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::debug!("cgroup migration lock thread: {e}");
     }
 }
 

@@ -226,6 +226,8 @@ impl Manager {
             fs::set_permissions(d, fs::Permissions::from_mode(0o711)).map_err(internal("chmod data dir"))?;
         }
         let work: Arc<crate::idle::Activity> = Arc::default();
+        // Beside the store's opening.
+        let prepared = crate::backend::jail::Jail::prepare(&cfg.run_dir, &cfg.cgroup_root, !cfg.make_ahead);
         // The store before the jail: a store too new for this binary stops the start early.
         let store = open_store(&cfg.data_dir)?;
         let net = Arc::new(crate::net::Net::new());
@@ -238,6 +240,7 @@ impl Manager {
             net.clone(),
             cfg.link_pool,
             cfg.make_ahead,
+            prepared,
         )?
         .with_disks(cfg.data_dir.join("disks"));
         Manager::with_backend(cfg, store, Arc::new(jail), work, net)
