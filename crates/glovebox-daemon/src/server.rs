@@ -100,7 +100,7 @@ pub async fn serve(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let close = close_rx.clone();
+        let mut close = close_rx.clone();
         if from_router {
             tokio::spawn(serve_http1(routed.clone(), tcp, close));
             continue;
@@ -109,8 +109,14 @@ pub async fn serve(
         let app = app.clone();
         tokio::spawn(async move {
             // gRPC (the Modal and sandboxd front-ends) opens with the HTTP/2 preface;
-            // everything else is HTTP/1.1.
-            if starts_with_h2_preface(&tcp).await {
+            // everything else is HTTP/1.1. A connection that has sent nothing yet when the
+            // daemon shuts down has no request in flight: it is closed, not waited for (an
+            // HTTP client may open one ahead of a request it then sends on a pooled one).
+            let h2 = tokio::select! {
+                h2 = starts_with_h2_preface(&tcp) => h2,
+                _ = close.changed() => return,
+            };
+            if h2 {
                 serve_grpc(grpc, tcp, close).await;
             } else {
                 serve_http1(app, tcp, close).await;
@@ -169,6 +175,36 @@ async fn serve_http1(app: axum::Router, tcp: tokio::net::TcpStream, mut close: t
     b.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     // Upgrades: a WebSocket to a sandbox's exposed port is spliced through.
     until_closed!(b.serve_connection(TokioIo::new(tcp), svc).with_upgrades(), close);
+}
+
+/// The native API called in this process, without a socket: what an embedded daemon's own
+/// client (`glovebox run` with no daemon) uses. The native routes with the same
+/// authentication and middleware as [`serve`]'s; not the other front-ends (E2B, Vercel,
+/// Daytona, sandboxd, exposed ports), which no embedded client calls and whose routes take
+/// as long again to build, nor what only a connection gives (a reset instead of an orderly
+/// close, HTTP/2 for the gRPC front-ends).
+#[derive(Clone)]
+pub struct Local(axum::Router);
+
+impl Local {
+    pub fn new(manager: Arc<Manager>, api_key: String) -> Local {
+        let state = AppState { manager, api_key: Arc::new(api_key) };
+        Local(crate::http::router(state.clone()).layer(axum::middleware::from_fn_with_state(state, count_responses)))
+    }
+
+    /// Answers one request; the response's body streams as its handler produces it.
+    pub async fn call<B>(&self, req: axum::http::Request<B>) -> axum::http::Response<axum::body::BodyDataStream>
+    where
+        B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        use tower::ServiceExt;
+        let resp = match self.0.clone().oneshot(req.map(axum::body::Body::new)).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        resp.map(axum::body::Body::into_data_stream)
+    }
 }
 
 /// The client preface every HTTP/2 prior-knowledge connection opens with (RFC 9113 §3.4).
@@ -253,5 +289,38 @@ mod tests {
         assert!(!first_bytes(&[b"GET /healthz HTTP/1.1\r\n\r\n"]).await);
         assert!(!first_bytes(&[b"POST /v1/sandboxes HTTP/1.1\r\n"]).await, "P, then not the preface");
         assert!(!first_bytes(&[b"PRI * HTTP/1.1\r\n"]).await);
+    }
+
+    /// A client that opened a connection and sent nothing on it (an HTTP client's spare,
+    /// opened while its request went out on a pooled one) has nothing in flight: shutdown
+    /// closes it at once instead of waiting `SHUTDOWN_GRACE` for it.
+    #[tokio::test]
+    async fn shutdown_does_not_wait_for_a_silent_connection() {
+        use tokio::io::AsyncReadExt;
+        let f = crate::manager::testing::fixture();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(serve(f.m.clone(), l, None, "k".into(), async move {
+            let _ = rx.await;
+        }));
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // An answered request on another connection, kept open (idle keep-alive).
+        let mut used = tokio::net::TcpStream::connect(addr).await.unwrap();
+        used.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = used.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        let t = std::time::Instant::now();
+        tx.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(3), served)
+            .await
+            .expect("shutdown waited for idle connections")
+            .unwrap()
+            .unwrap();
+        assert!(t.elapsed() < std::time::Duration::from_secs(3));
+        // Both were closed by the daemon.
+        assert_eq!(idle.read(&mut buf).await.unwrap(), 0, "the silent connection is closed");
+        assert_eq!(used.read(&mut buf).await.unwrap(), 0, "the idle keep-alive connection is closed");
     }
 }

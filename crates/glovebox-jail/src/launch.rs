@@ -64,6 +64,8 @@ pub struct Launcher {
 }
 
 enum Server {
+    /// Started, its hello not read yet (see [`Launcher::new`]).
+    Starting(ForkServer),
     Running(ForkServer),
     /// Died or was stopped after it had worked: started again at the next launch.
     Gone,
@@ -80,6 +82,11 @@ struct ForkServer {
 
 impl ForkServer {
     fn spawn(agent_exe: &Path) -> Result<ForkServer> {
+        ForkServer::start(agent_exe)?.hello()
+    }
+
+    /// Starts the process; [`ForkServer::hello`] checks it is a fork server.
+    fn start(agent_exe: &Path) -> Result<ForkServer> {
         let (ours, theirs) = crate::sys::seqpacket_pair().ctx("fork server socket")?;
         // The same argv as a one-shot jailer: it becomes every sandbox's PID 1 command line.
         let child = Command::new(agent_exe)
@@ -92,7 +99,11 @@ impl ForkServer {
             .stderr(Stdio::null())
             .spawn()
             .ctx_at("spawn fork server", agent_exe)?;
-        let server = ForkServer { sock: ours, child };
+        Ok(ForkServer { sock: ours, child })
+    }
+
+    fn hello(self) -> Result<ForkServer> {
+        let server = self;
         // An agent binary that does not know the protocol would read the socket as a config
         // pipe and hang every jail sent to it: it must say it is a fork server first.
         let mut hello = [0u8; 64];
@@ -126,25 +137,39 @@ impl ForkServer {
 
 impl Launcher {
     /// Starts the fork server now; if it cannot start, every launch spawns its jailer.
+    /// Does not wait for it to be ready (its exec and start take a few milliseconds that the
+    /// caller's own start-up can overlap): the first [`Launcher::server`] or launch does.
     pub fn new(agent_exe: &Path) -> Launcher {
-        let server = match ForkServer::spawn(agent_exe) {
-            Ok(s) => Server::Running(s),
+        let server = match ForkServer::start(agent_exe) {
+            Ok(s) => Server::Starting(s),
             Err(e) => Server::Off(e.to_string()),
         };
         Launcher { agent_exe: agent_exe.to_path_buf(), server: Mutex::new(server) }
     }
 
-    /// The fork server's pid, or why there is none.
+    /// The fork server's pid, or why there is none (waiting for a starting one's hello).
     pub fn server(&self) -> std::result::Result<u32, String> {
         match &*self.lock() {
             Server::Running(s) => Ok(s.child.id()),
+            // Not seen here: `lock` has read its hello.
+            Server::Starting(_) => Err("starting".into()),
             Server::Gone => Err("stopped; started again at the next launch".into()),
             Server::Off(why) => Err(why.clone()),
         }
     }
 
+    /// The server's state, a started one's hello read first.
     fn lock(&self) -> std::sync::MutexGuard<'_, Server> {
-        self.server.lock().unwrap_or_else(|p| p.into_inner())
+        let mut g = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(*g, Server::Starting(_)) {
+            if let Server::Starting(s) = std::mem::replace(&mut *g, Server::Gone) {
+                *g = match s.hello() {
+                    Ok(s) => Server::Running(s),
+                    Err(e) => Server::Off(e.to_string()),
+                };
+            }
+        }
+        g
     }
 
     /// Starts a sandbox; returns the host pid of its PID 1 (the agent). Same contract as
@@ -197,7 +222,8 @@ impl Launcher {
 
 impl Drop for Launcher {
     fn drop(&mut self) {
-        if let Server::Running(s) = std::mem::replace(&mut *self.lock(), Server::Gone) {
+        let mut g = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        if let Server::Running(s) | Server::Starting(s) = std::mem::replace(&mut *g, Server::Gone) {
             s.stop();
         }
     }

@@ -389,12 +389,74 @@ pub fn enter(root: &Path) -> Result<()> {
     .ctx("remount /proc/sys read-only")
 }
 
-/// The generated `/etc` and directory skeleton of the `base` root (host `/usr` underneath).
-/// Written once per daemon start into `dir` (replaced atomically).
+/// The generated `/etc` and directory skeleton of the `base` root (host `/usr` underneath),
+/// written into `dir` (replaced atomically; built beside it under a name of this process's).
 pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
-    let tmp = dir.with_extension("tmp");
+    let tmp = dir.with_extension(format!("tmp-{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp)?;
+    write_host_skel(&tmp)?;
+    let _ = fs::remove_dir_all(dir);
+    fs::rename(&tmp, dir)
+}
+
+/// Feeds `out` everything [`write_host_skel`] reads from the host, entry by entry: the path,
+/// and its type, mode, owner, size, inode and change time (a write, `chmod`, `chown` or
+/// replacement of an entry changes its ctime; a new entry adds a line). A symlink inside a
+/// copied tree is only named: it cannot change in place, and replacing, adding or removing
+/// one changes its directory's ctime (one `lstat` fewer for each of the hundreds of links in
+/// `/etc/ssl` and `/etc/alternatives`). Two skeletons written from inputs that fed the same
+/// bytes (and by the same code) are the same.
+pub fn host_skel_inputs(out: &mut dyn FnMut(&[u8])) {
+    use std::os::unix::fs::MetadataExt;
+    fn entry(p: &Path, out: &mut dyn FnMut(&[u8])) {
+        out(p.as_os_str().as_encoded_bytes());
+        let Ok(md) = fs::symlink_metadata(p) else {
+            out(b"\0-\n");
+            return;
+        };
+        let line = format!(
+            "\0{:o} {}:{} {} {}:{} {}.{}\n",
+            md.mode(),
+            md.uid(),
+            md.gid(),
+            md.size(),
+            md.dev(),
+            md.ino(),
+            md.ctime(),
+            md.ctime_nsec()
+        );
+        out(line.as_bytes());
+        if md.is_dir() {
+            // Sorted: the order read_dir gives may differ between two equal trees.
+            let mut children: Vec<_> = fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| (e.file_name(), e.file_type().is_ok_and(|t| t.is_symlink())))
+                .collect();
+            children.sort();
+            for (name, link) in children {
+                let c = p.join(name);
+                if link {
+                    out(c.as_os_str().as_encoded_bytes());
+                    out(b"\0l\n");
+                } else {
+                    entry(&c, out);
+                }
+            }
+        }
+    }
+    for l in SKEL_LINKS {
+        entry(&Path::new("/").join(l), out);
+    }
+    for name in HOST_ETC {
+        entry(&Path::new("/etc").join(name), out);
+    }
+}
+
+/// Writes the skeleton (see [`build_host_skel`]) into the new directory `tmp`.
+pub fn write_host_skel(tmp: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(tmp)?;
     for (p, mode) in SKEL_DIRS {
         let path = tmp.join(p);
         fs::create_dir_all(&path)?;
@@ -430,8 +492,7 @@ pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
         fs::write(&p, body)?;
         fs::set_permissions(&p, fs::Permissions::from_mode(0o644))?;
     }
-    let _ = fs::remove_dir_all(dir);
-    fs::rename(&tmp, dir)
+    Ok(())
 }
 
 /// `/etc` entries programs on the host's `/usr` expect (dynamic linker cache, alternatives
@@ -558,6 +619,6 @@ mod tests {
         assert_eq!(fs::metadata(dir.join("tmp")).unwrap().permissions().mode() & 0o7777, 0o1777);
         // Rebuilding replaces it.
         build_host_skel(&dir).unwrap();
-        assert!(!dir.with_extension("tmp").exists());
+        assert!(!dir.with_extension(format!("tmp-{}", std::process::id())).exists());
     }
 }

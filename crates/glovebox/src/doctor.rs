@@ -302,7 +302,7 @@ async fn boot() -> Check {
     let started = Instant::now();
     let result = async {
         let e = crate::embedded::Embedded::start(&dir).await?;
-        let client = crate::client::Client::new(&e.url, &e.key)?;
+        let client = e.client()?;
         let r = async {
             let sb = client.create(&glovebox_proto::api::CreateSandbox::default()).await?;
             let exec = glovebox_proto::api::ExecRequest {

@@ -1,11 +1,14 @@
 //! The daemon in-process: `serve` runs it on a port; `run` without `$GLOVEBOX_URL` starts it
-//! on a private loopback port with a throwaway key, uses it like any client, then tears down.
+//! with a throwaway key, calls its API in-process like any client would over HTTP, then
+//! tears down.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use glovebox_daemon::manager::{Config, Manager};
+
+use crate::client::Client;
 
 /// The manager of `glovebox serve`: it re-adopts the sandboxes a previous daemon on the
 /// same data dir left running.
@@ -17,11 +20,12 @@ pub fn open_daemon_manager(data_dir: &Path, set: impl FnOnce(&mut Config)) -> Re
 }
 
 /// The manager of an embedded one-shot run: it never adopts (its sandboxes end with it),
-/// and links no namespace ahead (its one sandbox links its own).
+/// and makes nothing ahead (its one sandbox makes its own namespace, link and shell).
 pub fn open_manager(data_dir: &Path, warm_pool: usize) -> Result<Arc<Manager>> {
     open_with(data_dir, |cfg| {
         cfg.warm_pool = warm_pool;
         cfg.link_pool = 0;
+        cfg.make_ahead = false;
     })
 }
 
@@ -43,35 +47,30 @@ fn rustix_is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// A running in-process daemon.
+/// A running in-process daemon, called without a socket (see `server::Local`).
 pub struct Embedded {
-    pub url: String,
-    pub key: String,
+    local: glovebox_daemon::server::Local,
+    key: String,
     manager: Arc<Manager>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Embedded {
     pub async fn start(data_dir: &Path) -> Result<Embedded> {
         // One-shot: a warm pool would only be booted to be thrown away.
         let manager = open_manager(data_dir, 0)?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("bind loopback")?;
-        let url = format!("http://{}", listener.local_addr()?);
         let key = glovebox_daemon::util::random_token(40);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task =
-            tokio::spawn(glovebox_daemon::server::serve(manager.clone(), listener, None, key.clone(), async move {
-                let _ = rx.await;
-            }));
-        Ok(Embedded { url, key, manager, stop: Some(tx), task })
+        let local = glovebox_daemon::server::Local::new(manager.clone(), key.clone());
+        Ok(Embedded { local, key, manager })
     }
 
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let _ = (&mut self.task).await;
+    /// A client of it.
+    pub fn client(&self) -> Result<Client> {
+        Client::local(self.local.clone(), &self.key)
+    }
+
+    /// Destroys its sandboxes and waits for their records; its clients' requests in flight
+    /// must have ended (they run on the caller's tasks).
+    pub async fn stop(self) {
         self.manager.destroy_all(glovebox_proto::api::EndReason::Killed).await;
         self.manager.records.settle().await;
     }

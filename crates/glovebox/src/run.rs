@@ -74,7 +74,7 @@ pub async fn run(a: RunArgs) -> Result<i32> {
         Ok(_) => (crate::remote()?, None),
         Err(_) => {
             let e = Embedded::start(&a.data_dir).await?;
-            (Client::new(&e.url, &e.key)?, Some(e))
+            (e.client()?, Some(e))
         }
     };
     // The sandbox outlives the command's budget a little, so the command's own timeout

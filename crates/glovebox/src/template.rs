@@ -81,7 +81,7 @@ async fn connect() -> Result<(Client, Option<Embedded>)> {
         std::env::var_os("GLOVEBOX_DATA_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/lib/glovebox".into());
     eprintln!("no daemon answers at 127.0.0.1:7171: working on {} directly", data_dir.display());
     let e = Embedded::start(&data_dir).await?;
-    Ok((Client::new(&e.url, &e.key)?, Some(e)))
+    Ok((e.client()?, Some(e)))
 }
 
 async fn command(client: &Client, c: TemplateCmd) -> Result<i32> {

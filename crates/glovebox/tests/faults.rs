@@ -404,8 +404,12 @@ fn a_full_data_dir_is_a_clear_error_or_harmless() {
     let kept = fs::read_to_string(data.join("api-key")).unwrap_or_default();
     assert!(kept.trim().is_empty() || kept.trim().len() >= 43, "a truncated api-key was left: {kept:?}");
     drop(m);
-    let skel = run_dir().join("base").join(format!("host-{}", o.pid));
-    let skel_left = skel.exists();
+    // Its own trees (an earlier version's per-process skeleton, or one it was writing); the
+    // shared skeleton stays for the next processes.
+    let own = |n: &str| n == format!("host-{}", o.pid) || n.ends_with(&format!(".tmp-{}", o.pid));
+    let skel_left: Vec<String> = fs::read_dir(run_dir().join("base"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| own(n)).collect())
+        .unwrap_or_default();
 
     // 2. A daemon given its key runs on a full data dir (its store falls back to memory).
     let mut d = Daemon::start();
@@ -424,9 +428,8 @@ fn a_full_data_dir_is_a_clear_error_or_harmless() {
     drop(full);
     d.shutdown_and_check_leaks();
     assert!(
-        !skel_left,
-        "the failed start left its base skeleton behind (until another daemon starts): {}",
-        skel.display()
+        skel_left.is_empty(),
+        "the failed start left its base skeleton behind (until another daemon starts): {skel_left:?}"
     );
 }
 

@@ -19,6 +19,7 @@ use glovebox_proto::api::Limits;
 
 use super::jailed::{pidfd_alive, Jailed};
 use super::made_ahead::{between_requests, quiet_moment, Linked, LinkedShells, NetnsPool, Shell, Shells, LINK_LOW};
+use super::skel::Skeleton;
 use super::{Backend, Instance, Orphan, Recorded, Spec};
 use crate::error::{Error, Result};
 use crate::idle::Activity;
@@ -32,7 +33,7 @@ struct Host {
     slots: Slots,
     /// `<run_dir>/sandboxes`: one private directory per sandbox.
     sandboxes: PathBuf,
-    /// `<run_dir>/base`: the base skeletons, one per process sharing the run dir.
+    /// `<run_dir>/base`: the base skeletons (see `skel`).
     bases: PathBuf,
     /// The limits shells are made ahead with (the daemon's defaults).
     defaults: cgroup::Limits,
@@ -41,6 +42,12 @@ struct Host {
     linked: LinkedShells,
     /// The host's side of sandbox networking (links made ahead, their rules).
     net: Arc<Net>,
+    /// Whether network namespaces and a shell are kept made ahead of creates (else only
+    /// the first create's are).
+    make_ahead: bool,
+    /// Set once the first boot's jailer has joined its cgroups: the cgroup migration lock
+    /// is no longer kept warm for it (see `keep_migration_lock_warm`).
+    first_joined: Arc<std::sync::atomic::AtomicBool>,
     /// Sandbox work in flight: what is made ahead waits for a quiet moment.
     work: Arc<Activity>,
 }
@@ -50,8 +57,10 @@ pub struct Jail {
     host: Arc<Host>,
     /// Starts jailers (through a fork server, see `glovebox_jail::launch::Launcher`).
     launcher: glovebox_jail::launch::Launcher,
-    /// The root skeleton over the host's /usr (this process's own copy).
+    /// The root skeleton over the host's /usr (see `skel`).
     skel: PathBuf,
+    /// Our hold on it, until no sandbox of ours needs it.
+    skel_hold: std::sync::Mutex<Option<Skeleton>>,
     /// The commands' seccomp filter, compiled once for every sandbox's agent.
     seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     /// The agent's own seccomp filter, compiled once for every sandbox's agent.
@@ -75,11 +84,69 @@ pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
     cgroup::Limits { memory_bytes: l.memory_mb << 20, cpu_quota: l.cpus, pids: l.pids }
 }
 
+/// What [`Jail::open`] needs that takes milliseconds of its own and depends on nothing else
+/// of the daemon's start-up, made on a thread of its own beside it (the store's opening, the
+/// fork server's start): the base skeleton, opened (built if needed), and both seccomp filters
+/// compiled. For a process that boots one sandbox right after it starts, the cgroup migration
+/// lock is warmed from here on too (see [`keep_migration_lock_warm`]).
+pub struct Preparing {
+    work: Option<std::thread::JoinHandle<Prepared>>,
+    bases: PathBuf,
+    first_joined: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct Prepared {
+    skel: std::io::Result<Skeleton>,
+    seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+    agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
+}
+
+impl Prepared {
+    fn now(bases: &Path) -> Prepared {
+        // Shared by every process whose inputs are the same, never rewritten in place.
+        let skel = Skeleton::open(bases);
+        let seccomp = match glovebox_jail::seccomp::compile() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        let agent_seccomp = match glovebox_jail::seccomp::compile_agent() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("agent seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        Prepared { skel, seccomp, agent_seccomp }
+    }
+}
+
 impl Jail {
+    /// Starts what [`Jail::open`] needs first (see [`Preparing`]) under `run_dir` (its `base`
+    /// directory exists); with `one_boot` (no `make_ahead`), warms the cgroup migration lock
+    /// in `cgroup_root` until the first boot.
+    pub fn prepare(run_dir: &Path, cgroup_root: &Path, one_boot: bool) -> Preparing {
+        let bases = run_dir.join("base");
+        let first_joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if one_boot {
+            keep_migration_lock_warm(cgroup_root, first_joined.clone());
+        }
+        let b = bases.clone();
+        let work = std::thread::Builder::new().name("glovebox-prepare".into()).spawn(move || Prepared::now(&b));
+        // Without a thread, `open` does the same work itself.
+        Preparing { work: work.ok(), bases, first_joined }
+    }
+
     /// Prepares the jail under `run_dir` (its `sandboxes`, `base` and `slots` directories
-    /// exist): detects the cgroups, builds this process's base skeleton (with the language
+    /// exist): detects the cgroups, opens the base skeleton (built first if needed, with the language
     /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet;
-    /// `link_pool` shells are kept linked ahead through `net`.
+    /// `link_pool` shells are kept linked ahead through `net`; without `make_ahead`, one
+    /// namespace and one shell are made at the start and never replaced (a process that
+    /// creates one sandbox and ends: see `Config::make_ahead`).
+    // The manager's config, taken apart: a struct of its own is the next step when it grows.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         run_dir: &Path,
         cgroup_root: &Path,
@@ -88,24 +155,25 @@ impl Jail {
         work: Arc<Activity>,
         net: Arc<Net>,
         link_pool: usize,
+        make_ahead: bool,
+        prepared: Preparing,
     ) -> Result<Jail> {
+        // Orphans reparent to us, so the agents we start stay our children to reap.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
+        // It starts while the rest is prepared; its hello is read at the end.
+        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
         let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
         fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
         let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
-        // Each process sharing the data dir gets its own skeleton copy, so one daemon's
-        // start never replaces the tree under another's running sandboxes.
-        let skel = run_dir.join("base").join(format!("host-{}", std::process::id()));
-        glovebox_jail::rootfs::build_host_skel(&skel).map_err(internal("build base root"))?;
-        let kdir = skel.join(crate::kernels::KERNEL_DIR.trim_start_matches('/'));
-        fs::create_dir_all(&kdir).map_err(internal("kernel dir"))?;
-        for (name, body) in crate::kernels::KERNEL_FILES {
-            fs::write(kdir.join(name), body).map_err(internal("write kernel"))?;
-        }
-        // Orphans reparent to us, so the agents we start stay our children to reap.
-        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
-        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
+        let Preparing { work: preparing, bases, first_joined } = prepared;
+        let Prepared { skel: skel_hold, seccomp, agent_seccomp } = match preparing {
+            Some(t) => t.join().map_err(|_| Error::Internal("jail preparation thread panicked".into()))?,
+            None => Prepared::now(&bases),
+        };
+        let skel_hold = skel_hold.map_err(internal("base root skeleton"))?;
+        let skel = skel_hold.path().to_path_buf();
         if let Err(why) = launcher.server() {
             tracing::warn!("jailer fork server: {why}; each sandbox's jailer is spawned instead");
         }
@@ -119,24 +187,15 @@ impl Jail {
                 shells: Shells::default(),
                 linked: LinkedShells::new(link_pool),
                 net,
+                make_ahead,
+                first_joined,
                 work: work.clone(),
             }),
             launcher,
             skel,
-            seccomp: match glovebox_jail::seccomp::compile() {
-                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-                Err(e) => {
-                    tracing::warn!("seccomp: {e}; each agent compiles its own");
-                    None
-                }
-            },
-            agent_seccomp: match glovebox_jail::seccomp::compile_agent() {
-                Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-                Err(e) => {
-                    tracing::warn!("agent seccomp: {e}; each agent compiles its own");
-                    None
-                }
-            },
+            skel_hold: std::sync::Mutex::new(Some(skel_hold)),
+            seccomp,
+            agent_seccomp,
             netns: Arc::new(NetnsPool::new(work)),
             disks: Err("no directory for disk images was given".into()),
             agent_exe: agent_exe.to_path_buf(),
@@ -230,7 +289,7 @@ impl Backend for Jail {
         if spec.link && !spec.background {
             refill_linked(&self.host);
         }
-        if !ahead && !spec.background {
+        if !ahead && !spec.background && self.host.make_ahead {
             refill_shells(&self.host);
         }
         let skel = spec.root_skel.as_ref().unwrap_or(&self.skel);
@@ -246,7 +305,7 @@ impl Backend for Jail {
                 tracing::debug!(sandbox = %shell.id, "background cpu weight: {e}");
             }
         }
-        let netns = netns.or_else(|| self.netns.take());
+        let netns = netns.or_else(|| if self.host.make_ahead { self.netns.take() } else { self.netns.take_last() });
         let mut jc = self.config(spec, &shell, netns.as_ref(), ahead);
         let image = match (in_memory(&spec.limits) || spec.upper.is_some(), &self.disks) {
             (true, _) => Ok(None),
@@ -263,6 +322,7 @@ impl Backend for Jail {
             log.map_err(|e| Error::Internal(format!("agent log: {e}")))
                 .and_then(|log| self.launcher.launch(&jc, log).map_err(|e| Error::Start(e.to_string())))
         });
+        self.host.first_joined.store(true, std::sync::atomic::Ordering::Release);
         // The jailer joined it before reporting ready (or failed): ours can go. So can the
         // image's name: its mount holds it (and frees its blocks when the sandbox is gone).
         drop(netns);
@@ -396,10 +456,30 @@ impl Backend for Jail {
     }
 
     fn start(&self) {
-        self.netns.refill();
-        refill_shells(&self.host);
-        if self.link_from_start {
-            refill_linked(&self.host);
+        if self.host.make_ahead {
+            self.netns.refill();
+            refill_shells(&self.host);
+            if self.link_from_start {
+                refill_linked(&self.host);
+            }
+        } else {
+            // The one create such a process is started for comes in a few milliseconds:
+            // its namespace and shell are made now, beside the rest of the start-up.
+            let (host, netns) = (self.host.clone(), self.netns.clone());
+            tokio::task::spawn_blocking(move || {
+                use std::sync::atomic::Ordering;
+                if host.shells.filling.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                netns.make_one();
+                if !host.shells.closed() {
+                    match host.make_shell(random_token(16), &host.defaults) {
+                        Ok(s) => host.shells.put(s),
+                        Err(e) => tracing::debug!("shell made ahead: {e}"),
+                    }
+                }
+                host.shells.filling.store(false, Ordering::Release);
+            });
         }
     }
 
@@ -409,7 +489,7 @@ impl Backend for Jail {
     }
 
     fn release_own_state(&self) {
-        let _ = fs::remove_dir_all(&self.skel);
+        drop(crate::util::lock(&self.skel_hold).take());
     }
 }
 
@@ -553,8 +633,8 @@ impl Jail {
         }
     }
 
-    /// Removes the base skeletons of processes that are gone, unless a sandbox (adopted
-    /// after a restart) still has its root on one.
+    /// Removes the base trees nobody uses (see `skel::reap`); a sandbox adopted after a
+    /// restart keeps the one its root is on.
     fn reap_skeletons(&self) {
         let mut used = std::collections::HashSet::new();
         if let Ok(rd) = fs::read_dir(&self.host.sandboxes) {
@@ -564,22 +644,7 @@ impl Jail {
                 }
             }
         }
-        let Ok(entries) = fs::read_dir(&self.host.bases) else { return };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let pid = name
-                .strip_prefix("host-")
-                .or_else(|| name.strip_prefix("mini-"))
-                .and_then(|p| p.trim_end_matches(".tmp").parse::<i32>().ok());
-            if let Some(pid) = pid {
-                if pid != std::process::id() as i32
-                    && !Path::new(&format!("/proc/{pid}")).exists()
-                    && !used.contains(&e.path())
-                {
-                    let _ = fs::remove_dir_all(e.path());
-                }
-            }
-        }
+        super::skel::reap(&self.host.bases, &used);
     }
 }
 
@@ -608,6 +673,32 @@ impl Host {
                 Err(Error::Start(format!("cgroup: {e}")))
             }
         }
+    }
+}
+
+/// How long the cgroup migration lock is kept warm for a first boot that does not come.
+const WARM_LOCK_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// For a process that boots one sandbox right after it starts (see `Config::make_ahead`):
+/// takes the kernel's cgroup migration lock now and then every millisecond on a thread of its
+/// own, until `joined` (the first boot's jailer is in its cgroups) or [`WARM_LOCK_BOUND`], so
+/// that the jailer's `cgroup.procs` writes find it warm instead of waiting for an RCU grace
+/// period first (see `glovebox_jail::cgroup::lock`); the first wait happens here, beside the
+/// rest of the start-up.
+fn keep_migration_lock_warm(cgroup_root: &Path, joined: Arc<std::sync::atomic::AtomicBool>) {
+    let root = cgroup_root.to_path_buf();
+    let spawned = std::thread::Builder::new().name("glovebox-cgroup-lock".into()).spawn(move || {
+        let t = std::time::Instant::now();
+        while !joined.load(std::sync::atomic::Ordering::Acquire) && t.elapsed() < WARM_LOCK_BOUND {
+            if let Err(e) = glovebox_jail::cgroup::lock::touch(&root) {
+                tracing::debug!("cgroup migration lock: {e}");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::debug!("cgroup migration lock thread: {e}");
     }
 }
 

@@ -77,6 +77,19 @@ impl NetnsPool {
         ns
     }
 
+    /// One namespace, if one is ready; nothing is made to replace it.
+    pub(super) fn take_last(&self) -> Option<OwnedFd> {
+        lock(&self.fds).pop()
+    }
+
+    /// Makes one namespace now, on the caller's thread (no refill follows).
+    pub(super) fn make_one(&self) {
+        match glovebox_jail::sys::new_netns() {
+            Ok(fd) => lock(&self.fds).push(fd),
+            Err(e) => tracing::debug!("network namespace made ahead: {e}"),
+        }
+    }
+
     pub(super) fn refill(self: &Arc<Self>) {
         if self.filling.swap(true, Ordering::AcqRel) {
             return;

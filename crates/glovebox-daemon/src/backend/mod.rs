@@ -13,6 +13,7 @@ pub mod gvisor;
 pub mod jail;
 mod jailed;
 pub(crate) mod made_ahead;
+mod skel;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -127,13 +128,15 @@ pub trait Backend: Send + Sync {
     /// Removes leftovers of interrupted creates and teardowns (host resources no sandbox
     /// directory names).
     fn sweep(&self);
-    /// Removes the base root trees of processes now gone that no sandbox uses.
+    /// Removes the base root trees no process and no sandbox uses (those kept for the next
+    /// processes aside).
     fn reap_stale_bases(&self);
     /// Starts making ahead what boots need (after reconciliation).
     fn start(&self);
     /// Stops making things ahead and removes what was made, waiting (bounded) for what is
     /// being made (shutdown). Blocking.
     fn close(&self);
-    /// What only this process's sandboxes need (its skeleton), once none is left.
+    /// Lets go of what only this process's sandboxes need (its hold on its skeleton), once
+    /// none is left.
     fn release_own_state(&self);
 }

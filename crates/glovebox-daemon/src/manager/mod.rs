@@ -79,6 +79,13 @@ pub struct Config {
     /// Network namespaces kept linked ahead (with their uid slot and cgroups) for creates
     /// whose policy needs a link (0 disables: such creates link their own).
     pub link_pool: usize,
+    /// Whether the backend keeps made ahead, off the requests' path, what the next creates
+    /// take (network namespaces, a shell of uid slot, run directory and cgroups). Off for an
+    /// embedded run, which creates its sandbox as soon as it has started and then ends: it
+    /// makes that one create's namespace and shell while it starts, and nothing after (a
+    /// refill would compete with the create for the CPU and the kernel's locks, and be
+    /// thrown away).
+    pub make_ahead: bool,
     /// Re-adopt, at start, the intact sandboxes a previous daemon on this data dir left
     /// (`glovebox serve`); off for embedded runs, whose sandboxes end with them.
     pub adopt: bool,
@@ -99,6 +106,7 @@ impl Config {
             defaults: Limits::default(),
             warm_pool: 0,
             link_pool: 2,
+            make_ahead: true,
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
             preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
@@ -229,6 +237,8 @@ impl Manager {
                 .map_err(|why| Error::Unavailable(format!("default isolation gvisor: {why}")))?;
         }
         let work: Arc<crate::idle::Activity> = Arc::default();
+        // Beside the store's opening.
+        let prepared = crate::backend::jail::Jail::prepare(&cfg.run_dir, &cfg.cgroup_root, !cfg.make_ahead);
         // The store before the jail: a store too new for this binary stops the start early.
         let store = open_store(&cfg.data_dir)?;
         let net = Arc::new(crate::net::Net::new());
@@ -240,6 +250,8 @@ impl Manager {
             work.clone(),
             net.clone(),
             cfg.link_pool,
+            cfg.make_ahead,
+            prepared,
         )?
         .with_disks(cfg.data_dir.join("disks"));
         let jail = match cfg.default_isolation {

@@ -22,6 +22,7 @@ mod error;
 mod fake;
 mod freezer;
 mod fs;
+pub mod lock;
 mod memory;
 mod pids;
 mod tree;

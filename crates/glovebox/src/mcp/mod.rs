@@ -612,7 +612,7 @@ impl Session {
             let e = Embedded::start(&self.cfg.data_dir)
                 .await
                 .context("cannot start the embedded daemon (or set GLOVEBOX_URL to use a running one)")?;
-            match Client::new(&e.url, &e.key) {
+            match e.client() {
                 Ok(c) => Conn { client: Arc::new(c), embedded: Some(e) },
                 Err(err) => {
                     e.stop().await;

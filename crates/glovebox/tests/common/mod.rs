@@ -459,10 +459,17 @@ pub fn leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) -> Vec<String> {
             problems.push(format!("host mount of sandbox {id} left"));
         }
     }
+    // Skeletons are shared and kept for the next processes (`host-<fingerprint>`); what an
+    // ended process must not leave is a tree of its own (an earlier version's `host-<pid>`, or
+    // one it was writing, `*.tmp-<pid>`).
+    let bases: Vec<String> = fs::read_dir(run.join("base"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
     for pid in owner_pids {
-        let skel = run.join("base").join(format!("host-{pid}"));
-        if skel.exists() {
-            problems.push(format!("base skeleton left: {}", skel.display()));
+        for name in &bases {
+            if *name == format!("host-{pid}") || name.ends_with(&format!(".tmp-{pid}")) {
+                problems.push(format!("base skeleton left: {}", run.join("base").join(name).display()));
+            }
         }
     }
     problems
