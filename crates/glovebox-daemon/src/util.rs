@@ -174,4 +174,3 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"ab"));
     }
 }
-

@@ -93,13 +93,16 @@ pub struct Preparing {
 }
 
 struct Prepared {
+    launcher: glovebox_jail::launch::Launcher,
     skel: std::io::Result<Skeleton>,
     seccomp: Option<Vec<(u16, u8, u8, u32)>>,
     agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
 }
 
 impl Prepared {
-    fn now(bases: &Path) -> Prepared {
+    fn now(bases: &Path, agent_exe: &Path) -> Prepared {
+        // It starts while the rest is prepared; `Jail::open` reads its hello last.
+        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
         // Shared by every process whose inputs are the same, never rewritten in place.
         let skel = Skeleton::open(bases);
         let seccomp = match glovebox_jail::seccomp::compile() {
@@ -116,22 +119,25 @@ impl Prepared {
                 None
             }
         };
-        Prepared { skel, seccomp, agent_seccomp }
+        Prepared { launcher, skel, seccomp, agent_seccomp }
     }
 }
 
 impl Jail {
     /// Starts what [`Jail::open`] needs first (see [`Preparing`]) under `run_dir` (its `base`
-    /// directory exists); with `one_boot` (no `make_ahead`), warms the cgroup migration lock
-    /// in `cgroup_root` until the first boot.
-    pub fn prepare(run_dir: &Path, cgroup_root: &Path, one_boot: bool) -> Preparing {
+    /// directory exists), the jailer fork server of `agent_exe` among it; with `one_boot` (no
+    /// `make_ahead`), warms the cgroup migration lock in `cgroup_root` until the first boot.
+    pub fn prepare(run_dir: &Path, cgroup_root: &Path, agent_exe: &Path, one_boot: bool) -> Preparing {
+        // Orphans reparent to us, so the agents we start stay our children to reap. Before
+        // the fork server starts: its jailers' orphans must find us as their reaper.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
         let bases = run_dir.join("base");
         let first_joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
         if one_boot {
             keep_migration_lock_warm(cgroup_root, first_joined.clone());
         }
-        let b = bases.clone();
-        let work = std::thread::Builder::new().name("glovebox-prepare".into()).spawn(move || Prepared::now(&b));
+        let (b, exe) = (bases.clone(), agent_exe.to_path_buf());
+        let work = std::thread::Builder::new().name("glovebox-prepare".into()).spawn(move || Prepared::now(&b, &exe));
         // Without a thread, `open` does the same work itself.
         Preparing { work: work.ok(), bases, first_joined }
     }
@@ -153,19 +159,14 @@ impl Jail {
         make_ahead: bool,
         prepared: Preparing,
     ) -> Result<Jail> {
-        // Orphans reparent to us, so the agents we start stay our children to reap.
-        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
-        // It starts while the rest is prepared; its hello is read at the end.
-        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
         let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
         fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
             .map_err(internal("chmod slots dir"))?;
         let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
         let Preparing { work: preparing, bases, first_joined } = prepared;
-        let Prepared { skel: skel_hold, seccomp, agent_seccomp } = match preparing {
+        let Prepared { launcher, skel: skel_hold, seccomp, agent_seccomp } = match preparing {
             Some(t) => t.join().map_err(|_| Error::Internal("jail preparation thread panicked".into()))?,
-            None => Prepared::now(&bases),
+            None => Prepared::now(&bases, agent_exe),
         };
         let skel_hold = skel_hold.map_err(internal("base root skeleton"))?;
         let skel = skel_hold.path().to_path_buf();
