@@ -83,8 +83,8 @@ pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
 
 /// What [`Jail::open`] needs that takes milliseconds of its own and depends on nothing else
 /// of the daemon's start-up, made on a thread of its own beside it (the store's opening, the
-/// fork server's start): the base skeleton, opened (built if needed), and both seccomp filters
-/// compiled. For a process that boots one sandbox right after it starts, the cgroup migration
+/// seccomp filters' compiling): the jailer fork server, started, and the base skeleton,
+/// opened (built if needed). For a process that boots one sandbox right after it starts, the cgroup migration
 /// lock is warmed from here on too (see [`keep_migration_lock_warm`]).
 pub struct Preparing {
     work: Option<std::thread::JoinHandle<Prepared>>,
@@ -95,8 +95,6 @@ pub struct Preparing {
 struct Prepared {
     launcher: glovebox_jail::launch::Launcher,
     skel: std::io::Result<Skeleton>,
-    seccomp: Option<Vec<(u16, u8, u8, u32)>>,
-    agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
 }
 
 impl Prepared {
@@ -105,21 +103,7 @@ impl Prepared {
         let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
         // Shared by every process whose inputs are the same, never rewritten in place.
         let skel = Skeleton::open(bases);
-        let seccomp = match glovebox_jail::seccomp::compile() {
-            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-            Err(e) => {
-                tracing::warn!("seccomp: {e}; each agent compiles its own");
-                None
-            }
-        };
-        let agent_seccomp = match glovebox_jail::seccomp::compile_agent() {
-            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
-            Err(e) => {
-                tracing::warn!("agent seccomp: {e}; each agent compiles its own");
-                None
-            }
-        };
-        Prepared { launcher, skel, seccomp, agent_seccomp }
+        Prepared { launcher, skel }
     }
 }
 
@@ -164,7 +148,22 @@ impl Jail {
             .map_err(internal("chmod slots dir"))?;
         let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
         let Preparing { work: preparing, bases, first_joined } = prepared;
-        let Prepared { launcher, skel: skel_hold, seccomp, agent_seccomp } = match preparing {
+        // Compiled here, beside the preparation thread's work.
+        let seccomp = match glovebox_jail::seccomp::compile() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        let agent_seccomp = match glovebox_jail::seccomp::compile_agent() {
+            Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
+            Err(e) => {
+                tracing::warn!("agent seccomp: {e}; each agent compiles its own");
+                None
+            }
+        };
+        let Prepared { launcher, skel: skel_hold } = match preparing {
             Some(t) => t.join().map_err(|_| Error::Internal("jail preparation thread panicked".into()))?,
             None => Prepared::now(&bases, agent_exe),
         };
