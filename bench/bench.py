@@ -1788,7 +1788,7 @@ def main():
         unavailable["code.plot_first_result"] = ("no code-interpreter template (bench/run builds it with "
                                                  "scripts/build-code-interpreter) or no warm-pool daemon")
     if api is not None and site and wanted("code.cold"):
-        cold = wave2.ColdCode(api.clone(), SEED, check_seed, cgroup_memory_kb)
+        cold = wave2.ColdCode(api.clone(), SEED, check_seed, cgroup_memory_kb, warmup=1)
         add("code.cold_first_result", plot_n, 1, cold.step, group="plot")
     elif wanted("code.cold"):
         unavailable["code.cold_first_result"] = "no code-interpreter template or no pool-0 daemon"
