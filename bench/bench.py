@@ -1197,7 +1197,7 @@ def density_phase(api, n, daemon_pid, deadline_s=180):
     noise = mem_noise_kb()
     m0, r0 = meminfo(), rss_kb(daemon_pid)
     kids0 = descendants(daemon_pid)
-    ids, creates, destroys, failures = [], [], [], []
+    ids, creates, failures = [], [], []
     t_end = time.monotonic() + deadline_s
     try:
         for _ in range(n):
@@ -1219,13 +1219,7 @@ def density_phase(api, n, daemon_pid, deadline_s=180):
         running = sum(1 for i in ids if i in listed)
         probe = api.exec_out(ids[len(ids) // 2], ["echo", "alive"]).strip() if ids else ""
     finally:
-        for sid in ids:
-            t0 = time.perf_counter_ns()
-            try:
-                api.destroy(sid)
-            except BenchError as e:
-                failures.append(f"destroy: {e}")
-            destroys.append(ms_since(t0))
+        destroys = wave2.destroy_timed(api, ids, failures)
     # The kernel frees a torn-down sandbox's memory lazily (RCU, dying cgroups, page cache):
     # wait, bounded, until MemAvailable is back within the noise of where it started.
     t_back = time.monotonic()

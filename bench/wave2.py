@@ -5,7 +5,6 @@ target, evaluated on one run's numbers beside the peers measured in it.
 
 Python standard library only. bench.py sets `Error` to its BenchError before calling in."""
 
-import statistics
 import time
 
 Error = Exception
@@ -21,8 +20,17 @@ FIRST, AT = (0, 50), (400, 450)
 MEM_FLOOR_KIB = 2 << 20
 
 
-def _p50(xs):
-    return statistics.median(xs) if xs else float("nan")
+def destroy_timed(api, ids, failures):
+    """Destroys every sandbox of `ids`, each timed (ms); a failure is noted in `failures`."""
+    out = []
+    for sid in ids:
+        t = time.perf_counter_ns()
+        try:
+            api.destroy(sid)
+        except Error as e:
+            failures.append(f"destroy: {e}")
+        out.append((time.perf_counter_ns() - t) / 1e6)
+    return out
 
 
 def growth_phase(api, levels, deadline_s, summarize, meminfo, cgroup_memory_kb, probe_n=20):
@@ -70,14 +78,8 @@ def growth_phase(api, levels, deadline_s, summarize, meminfo, cgroup_memory_kb, 
     except Error as e:
         failures.append(str(e))
     grown_s = time.monotonic() - t_start
-    destroys, t0 = [], time.monotonic()
-    for sid in ids:
-        t = time.perf_counter_ns()
-        try:
-            api.destroy(sid)
-        except Error as e:
-            failures.append(f"destroy: {e}")
-        destroys.append((time.perf_counter_ns() - t) / 1e6)
+    t0 = time.monotonic()
+    destroys = destroy_timed(api, ids, failures)
     mine = set(ids)
     # A destroy answers once nothing of the sandbox runs; its cgroups, veth and run directory
     # go after the answer: wait (bounded) for them.
