@@ -137,7 +137,7 @@ pub(super) fn reap(bases: &Path, used: &HashSet<PathBuf>) {
         }
     }
     // Newest first: the first KEEP stay.
-    unused.sort_by(|a, b| b.0.cmp(&a.0));
+    unused.sort_by_key(|u| std::cmp::Reverse(u.0));
     for (_, path) in unused.into_iter().skip(KEEP) {
         let Ok(dir) = fs::File::open(&path) else { continue };
         let locked = rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive);

@@ -235,15 +235,12 @@ impl Manager {
         let store = open_store(&cfg.data_dir, cfg.one_shot)?;
         let net = Arc::new(crate::net::Net::new());
         let jail = crate::backend::jail::Jail::open(
-            &cfg.run_dir,
-            &cfg.cgroup_root,
-            &cfg.agent_exe,
+            prepared,
             &cfg.defaults,
             work.clone(),
             net.clone(),
             cfg.link_pool,
             !cfg.one_shot,
-            prepared,
         )?
         .with_disks(cfg.data_dir.join("disks"));
         Manager::with_backend(cfg, store, Arc::new(jail), work, net)
