@@ -25,6 +25,9 @@ Own groups, after the rounds:
                              is left to refill between iterations (few iterations)
   peer.host_plot_*           the same cell on the host: first and second run in a python
                              preloaded as the kernel is, and a cold python3
+  code.cold_*                no warm sandbox (pool 0): create a code-interpreter sandbox, the
+                             seed cell's first PNG (the kernel's imports included), then its
+                             memory cgroup's charge (code_memory); the peer is the cold python3
   net.create_*               create with network deny-all vs an allow-list (pool 0)
   vol.create_*               create without a volume vs with one (pool 0; each create mounts
                              the volume's image on the host afresh: no other sandbox holds it),
@@ -48,6 +51,12 @@ Phases with their own units:
             and on the host (the tier's syscall tax beside gVisor's own), 10 rounds
   load      8 and 32 client threads doing create -> exec true -> destroy for --load-s s
   density   N idle 64 MiB sandboxes: daemon RSS and MemAvailable per sandbox, then none left
+  growth    sandboxes pile up to --growth (every other with an allow-list): create and exec p50
+            at each level (0, 100, 250, 500, 1000), the first 50 creates against those at 400
+            live; all destroyed and checked gone (bench/wave2.py)
+
+Every row of issue 27's table (performance, wave 2) is evaluated on the run's own numbers
+(bench/wave2.py): bench/run adds bench/egress.py's rows once it has run (`--summary`).
 
 Peers and CLI runs are spawned from this Python process, so they carry Python's own spawn
 cost; `peer.true` measures exactly that cost. Results: a table on stdout, a JSON file
@@ -69,6 +78,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import wave2
 
 BWRAP_MIN = ["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr",
              "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/lib", "/lib",
@@ -174,6 +185,9 @@ MIB = 1 << 20
 
 class BenchError(Exception):
     pass
+
+
+wave2.Error = BenchError
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -1183,7 +1197,7 @@ def density_phase(api, n, daemon_pid, deadline_s=180):
     noise = mem_noise_kb()
     m0, r0 = meminfo(), rss_kb(daemon_pid)
     kids0 = descendants(daemon_pid)
-    ids, creates, destroys, failures = [], [], [], []
+    ids, creates, failures = [], [], []
     t_end = time.monotonic() + deadline_s
     try:
         for _ in range(n):
@@ -1205,13 +1219,7 @@ def density_phase(api, n, daemon_pid, deadline_s=180):
         running = sum(1 for i in ids if i in listed)
         probe = api.exec_out(ids[len(ids) // 2], ["echo", "alive"]).strip() if ids else ""
     finally:
-        for sid in ids:
-            t0 = time.perf_counter_ns()
-            try:
-                api.destroy(sid)
-            except BenchError as e:
-                failures.append(f"destroy: {e}")
-            destroys.append(ms_since(t0))
+        destroys = wave2.destroy_timed(api, ids, failures)
     # The kernel frees a torn-down sandbox's memory lazily (RCU, dying cgroups, page cache):
     # wait, bounded, until MemAvailable is back within the noise of where it started.
     t_back = time.monotonic()
@@ -1381,6 +1389,9 @@ ORDER = [
     ("peer.host_plot_first", "host python, preloaded as the kernel is: the cell's first run (no sandbox)"),
     ("peer.host_plot_warm", "host python, preloaded: the cell's second run (no sandbox)"),
     ("peer.host_plot_cold", "host python3, the same cell from a cold start (imports included)"),
+    ("code.cold_first_result", "code-interpreter, no warm sandbox (pool 0): create -> first PNG of the seed cell"),
+    ("code.cold_create", "  phase: create (template code-interpreter; its kernel starts importing)"),
+    ("code.cold_cell", "  phase: the seed cell (waits for the kernel's imports)"),
     ("net.create_deny_all", "create, network deny-all (warm pool 0)"),
     ("net.create_allow_list", "create, network allow-list 198.51.100.0/24 (warm pool 0)"),
     ("net.destroy_deny_all", "destroy, network deny-all"),
@@ -1429,6 +1440,8 @@ def table(results):
     lines += ["", "Targets:"]
     for t in results["targets"]:
         lines.append(f"  [{'met ' if t['met'] else 'MISS'}] {t['target']}: measured {t['measured']}")
+    if results.get("wave2"):
+        lines += ["", wave2.text(results["wave2"])]
     return "\n".join(lines)
 
 
@@ -1497,6 +1510,13 @@ def section_rows(results):
             rows.append((label, str(r["clients"]), f"{r['rate_per_s']:.0f}", fmt(c["p50"]), fmt(c["p95"]),
                          fmt(c["p99"]), fmt(k["p50"]) if k else "-", fmt(k["p99"]) if k else "-", str(r["errors"])))
         out.append(rows)
+    gr = results.get("growth")
+    if gr:
+        out.append(wave2.growth_rows(gr))
+    cm = results.get("code_memory")
+    if cm:
+        out.append([("code-interpreter sandbox after the seed cell (no warm sandbox)", "n", "p50 MiB", "max MiB"),
+                    ("its memory cgroup's charge", str(cm["n"]), f"{cm['p50'] / 1024:.1f}", f"{cm['max'] / 1024:.1f}")])
     d = results.get("density")
     if d:
         p = d["per_sandbox_kb"]
@@ -1558,6 +1578,8 @@ def markdown(results):
     lines += ["", "| target | measured | |", "| --- | --- | --- |"]
     lines += [f"| {t['target']} | {t['measured']} | {'met' if t['met'] else '**missed**'} |"
               for t in results["targets"]]
+    if results.get("wave2"):
+        lines += ["", wave2.markdown(results["wave2"]).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -1627,6 +1649,11 @@ def main():
     ap.add_argument("--load-s", type=float, help="seconds per sustained-load run (default 10; 3 with --quick)")
     ap.add_argument("--density", type=int, help="idle sandboxes for the density phase (default 200; 50 with "
                     "--quick; 0 skips it)")
+    ap.add_argument("--growth", type=int, help="live sandboxes the growth curve reaches (default 1000; 100 with "
+                    "--quick; 0 skips it)")
+    ap.add_argument("--summary", metavar="JSON", help="no benchmarks: add issue 27's table to the results in JSON "
+                    "(with --egress-results, the egress rows too), rewrite it and its .md, print the table")
+    ap.add_argument("--egress-results", metavar="JSON", help="bench/egress.py's results of the same run")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sequential", action="store_true",
@@ -1634,14 +1661,17 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "results", "latest.json"))
     ap.add_argument("--only", default="", help="comma-separated benchmark prefixes to run (e.g. api,peer.bwrap,"
-                    "pool,code,net,files,syscall,gvisor,load,density)")
+                    "pool,code,code.cold,net,files,syscall,gvisor,load,density,growth)")
     a = ap.parse_args()
+    if a.summary:
+        return summary(a.summary, a.egress_results)
     n = a.n or (30 if a.quick else 200)
     cli_n = a.cli_n or (10 if a.quick else 30)
     plot_n = a.plot_n or (3 if a.quick else 10)
     net_n = a.net_n or (10 if a.quick else 40)
     load_s = a.load_s or (3.0 if a.quick else 10.0)
     density_n = a.density if a.density is not None else (50 if a.quick else 200)
+    growth_n = a.growth if a.growth is not None else (100 if a.quick else 1000)
     only = [p for p in a.only.split(",") if p]
 
     def wanted(name):
@@ -1654,7 +1684,7 @@ def main():
         "glovebox_rev": git_rev(repo),
         "machine": machine_info(),
         "settings": {"n": n, "cli_n": cli_n, "plot_n": plot_n, "net_n": net_n, "load_s": load_s,
-                     "density": density_n, "warmup": a.warmup, "quick": a.quick, "pool_size": a.pool_size,
+                     "density": density_n, "growth": growth_n, "warmup": a.warmup, "quick": a.quick, "pool_size": a.pool_size,
                      "order": "sequential" if a.sequential else "interleaved"},
         "versions": {},
         "benchmarks": {},
@@ -1742,17 +1772,27 @@ def main():
     peer("peer.unshare", lambda i: UNSHARE, None if shutil.which("unshare") else "unshare not installed")
     peer("peer.true", lambda i: ["true"])
 
-    # The code-interpreter plot, with its host peers, in a group of its own.
+    # The code-interpreter plot, with its host peers, in a group of its own; beside it the
+    # same cell with no warm sandbox (the pool-0 daemon, which has the template too), whose
+    # peer is the host's cold python.
+    cold = None
     if papi is not None and a.pool_size > 0 and site:
         add("code.plot_first_result", plot_n, 1, plot_step(papi, pool_want, 0.5), group="plot")
-        # The host peers come with the plot (as bwrap comes with the API rows).
-        with_plot = wanted("code.plot")
-        hp = HostPlot(site)
-        add("peer.host_plot_first", max(3, plot_n // 2), 1, hp.step, None, hp.teardown, group="plot", force=with_plot)
-        add("peer.host_plot_cold", max(2, plot_n // 3), 1, hp.cold_step, group="plot", force=with_plot)
     elif wanted("code.plot"):
         unavailable["code.plot_first_result"] = ("no code-interpreter template (bench/run builds it with "
                                                  "scripts/build-code-interpreter) or no warm-pool daemon")
+    if api is not None and site and wanted("code.cold"):
+        cold = wave2.ColdCode(api.clone(), SEED, check_seed, cgroup_memory_kb, warmup=1)
+        add("code.cold_first_result", plot_n, 1, cold.step, group="plot")
+    elif wanted("code.cold"):
+        unavailable["code.cold_first_result"] = "no code-interpreter template or no pool-0 daemon"
+    if site:
+        # The host peers come with the plot and the cold cell (as bwrap comes with the API rows).
+        with_plot = wanted("code.plot") and papi is not None and a.pool_size > 0
+        hp = HostPlot(site)
+        add("peer.host_plot_first", max(3, plot_n // 2), 1, hp.step, None, hp.teardown, group="plot", force=with_plot)
+        add("peer.host_plot_cold", max(2, plot_n // 3) if cold is None else plot_n, 1, hp.cold_step, group="plot",
+            force=with_plot or cold is not None)
 
     # Network policy cost: deny-all against an allow-list, interleaved, in a group of their own
     # (an allow-list create makes a veth and nftables rules over netlink; the kernel frees a
@@ -1872,6 +1912,13 @@ def main():
                 phase("density", lambda: density_phase(api, density_n, a.daemon_pid))
             elif wanted("density"):
                 unavailable["density"] = "skipped (--density 0)" if density_n <= 0 else "no --daemon-pid given"
+            if growth_n > 0:
+                levels = sorted({lv for lv in (wave2.GROWTH_LEVELS_QUICK if a.quick else wave2.GROWTH_LEVELS)
+                                 if lv < growth_n} | {growth_n})
+                phase("growth", lambda: wave2.growth_phase(api, levels, 90 if a.quick else 420, summarize, meminfo,
+                                                           cgroup_memory_kb))
+            elif wanted("growth"):
+                unavailable["growth"] = "skipped (--growth 0)"
     finally:
         safe_rmtree(work)
         for c in (api, papi):
@@ -1904,7 +1951,11 @@ def main():
             results["ratios"][what] = {k[len("peer."):]: ced50 / v["p50"] for k, v in b.items()
                                        if k.startswith("peer.") and not k.startswith("peer.host_plot")
                                        and not k.endswith("_after_idle") and v["p50"] > 0}
+    if cold is not None and cold.mem_kib:
+        results["code_memory"] = summarize(cold.mem_kib)
     results["targets"] = evaluate_targets(results)
+    # bench/run adds the egress rows once bench/egress.py has run (`--summary`).
+    results["wave2"] = wave2.rows(results)
     results["settings"]["total_s"] = round(time.monotonic() - wall0, 1)
 
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
@@ -1927,6 +1978,32 @@ def main():
     print(f"\nJSON: {a.out}\nMarkdown tables: {md}")
     # Glovebox's own benchmarks must run; a peer that could not is reported, not fatal.
     return 1 if any(not f.startswith("peer.") for f in failed) else 0
+
+
+def summary(path, egress_path):
+    """`--summary`: issue 27's table from a finished run's results (and bench/egress.py's of
+    the same run), written into them and printed."""
+    with open(path) as f:
+        results = json.load(f)
+    egress = None
+    if egress_path:
+        with open(egress_path) as f:
+            egress = json.load(f)
+        results["egress"] = {k: egress[k] for k in ("throughput_ratio", "throughput_mib_s", "added_p50_ms")
+                             if k in egress}
+    results["wave2"] = wave2.rows(results, egress)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+        f.write("\n")
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:
+        f.write(markdown(results))
+    bw = results["benchmarks"].get("peer.bwrap", {}).get("p50")
+    print()
+    print(f"Peers in the same run: bwrap --unshare-all (ro /usr) true p50 {fmt(bw) if bw else '-'} ms"
+          + "".join(f", {k[5:]} {fmt(v['p50'])} ms" for k, v in results["benchmarks"].items()
+                    if k in ("peer.runsc", "peer.runc", "peer.true", "peer.host_plot_cold")))
+    print(wave2.text(results["wave2"]))
+    return 0
 
 
 def safe_rmtree(path):

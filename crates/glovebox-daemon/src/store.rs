@@ -251,15 +251,20 @@ pub struct CommandRecord {
 /// instead of a fraction of one. A passive checkpoint on another connection never blocks the
 /// writer; past `CHECKPOINT_RESTART_FRAMES` one restart checkpoint (which waits for the writer)
 /// makes the log start over, so it stays bounded under writes without a pause.
-fn start_checkpointer(path: &Path) -> std::io::Result<std::sync::mpsc::Sender<()>> {
+fn start_checkpointer(path: &Path, first_here: bool) -> std::io::Result<std::sync::mpsc::Sender<()>> {
     let conn = Connection::open(path).map_err(std::io::Error::other)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(std::io::Error::other)?;
     // A first checkpoint now opens the connection's log file: the daemon's set of open files
-    // is complete once the store is open (the load test checks it does not change).
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).map_err(std::io::Error::other)?;
+    // is complete once the store is open (the load test checks it does not change). Else it
+    // is the thread's first pass, at once.
+    if first_here {
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).map_err(std::io::Error::other)?;
+    }
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::Builder::new().name("store-checkpoint".into()).spawn(move || {
-        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(CHECKPOINT_EVERY) {
+        let mut wait = if first_here { CHECKPOINT_EVERY } else { Duration::ZERO };
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
+            wait = CHECKPOINT_EVERY;
             // (busy, frames in the log, frames copied into the file)
             let ran = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
             match ran {
@@ -296,11 +301,15 @@ const CHECKPOINT_RESTART_FRAMES: i64 = 4000;
 impl Store {
     /// Opens (creating if needed) `<data_dir>/glovebox.db` and brings its schema up to date.
     pub fn open(data_dir: &Path) -> Result<Store> {
+        Store::open_with(data_dir, true)
+    }
+
+    fn open_with(data_dir: &Path, first_checkpoint_here: bool) -> Result<Store> {
         let path = data_dir.join("glovebox.db");
         let conn =
             Connection::open(&path).map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
         let mut store = Store::init(conn, &path.display().to_string())?;
-        match start_checkpointer(&path) {
+        match start_checkpointer(&path, first_checkpoint_here) {
             Ok(stop) => {
                 // The checkpointer does it now; a commit on a request's path never does.
                 store.with(|c| c.pragma_update(None, "wal_autocheckpoint", 0)).map_err(q("wal_autocheckpoint"))?;
@@ -309,6 +318,13 @@ impl Store {
             Err(e) => tracing::warn!("store: no checkpointer thread ({e}); commits checkpoint the log themselves"),
         }
         Ok(store)
+    }
+
+    /// [`Store::open`] for a process that writes a few records and ends (an embedded run):
+    /// the checkpointer's first pass, which folds the log an earlier process left into the
+    /// file (three `fsync`s), runs on its own thread instead of before the store is returned.
+    pub fn open_one_shot(data_dir: &Path) -> Result<Store> {
+        Store::open_with(data_dir, false)
     }
 
     /// A private in-memory store (tests).

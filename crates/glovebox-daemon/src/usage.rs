@@ -104,7 +104,10 @@ impl Meter {
 }
 
 /// Metered use of ended sandboxes: the most recent ones by id, and running totals per
-/// tenant that never forget. (The store keeps them across restarts.)
+/// tenant that never forget. (The store keeps them across restarts.) The totals are read
+/// from the store when first asked for, not at the start: the store holds one record per
+/// sandbox ever ended, and a start (an embedded `glovebox run` is one) must not take longer
+/// the more sandboxes have run before it.
 #[derive(Default)]
 pub struct Ledger {
     inner: Mutex<LedgerInner>,
@@ -115,16 +118,54 @@ pub struct Ledger {
 struct LedgerInner {
     by_id: std::collections::HashMap<String, SandboxUsage>,
     order: std::collections::VecDeque<String>,
-    totals: std::collections::BTreeMap<String, (u64, Usage)>,
+    /// Ended sandboxes' totals per tenant, once read (see [`Ledger::totals`]).
+    totals: Option<Totals>,
+    /// Records the store did not take (a failed write) while the totals were not read yet.
+    unstored: Totals,
 }
+
+type Totals = std::collections::BTreeMap<String, (u64, Usage)>;
 
 /// Records kept in memory; older ones are read back from the store.
 const LEDGER_MEMORY: usize = 1_000;
 
 impl Ledger {
-    /// Loads the totals kept in `store` and writes every later record through to it.
+    /// Writes every later record through to `store`, whose records count in the totals.
     pub fn attach(&self, store: std::sync::Arc<crate::store::Store>) -> crate::error::Result<()> {
-        let rows = store
+        let _ = self.store.set(store);
+        Ok(())
+    }
+
+    /// The totals, read from the store the first time (every record it holds, those written
+    /// since the start included: [`Ledger::record_with`] writes and counts a record under
+    /// the same lock, so none is counted twice or missed).
+    fn totals<'a>(&self, g: &'a mut LedgerInner) -> &'a mut Totals {
+        let mut loaded = std::mem::take(&mut g.unstored);
+        if g.totals.is_none() {
+            for j in self.stored_reports() {
+                match serde_json::from_str::<SandboxUsage>(&j) {
+                    Ok(u) => {
+                        let t = loaded.entry(u.tenant.clone()).or_default();
+                        t.0 += 1;
+                        add(&mut t.1, &u.usage);
+                    }
+                    Err(e) => tracing::warn!("skipping an unreadable usage record: {e}"),
+                }
+            }
+        } else {
+            let have = g.totals.take().unwrap_or_default();
+            for (tenant, (n, u)) in have {
+                let t = loaded.entry(tenant).or_default();
+                t.0 += n;
+                add(&mut t.1, &u);
+            }
+        }
+        g.totals.insert(loaded)
+    }
+
+    fn stored_reports(&self) -> Vec<String> {
+        let Some(store) = self.store.get() else { return Vec::new() };
+        store
             .with(|c| {
                 let mut st = c.prepare("SELECT report FROM usage")?;
                 let mut rows = st.query([])?;
@@ -134,29 +175,10 @@ impl Ledger {
                 }
                 Ok(v)
             })
-            .map_err(|e| crate::error::Error::Internal(format!("store: load usage: {e}")))?;
-        {
-            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            for j in rows {
-                match serde_json::from_str::<SandboxUsage>(&j) {
-                    Ok(u) => {
-                        let t = g.totals.entry(u.tenant.clone()).or_default();
-                        t.0 += 1;
-                        add(&mut t.1, &u.usage);
-                    }
-                    Err(e) => tracing::warn!("skipping an unreadable usage record: {e}"),
-                }
-            }
-        }
-        let _ = self.store.set(store);
-        Ok(())
-    }
-
-    fn persist(&self, u: &SandboxUsage) {
-        let Some(store) = self.store.get() else { return };
-        if let Err(e) = store.with(|c| persist_on(c, u)) {
-            tracing::error!(sandbox = %u.sandbox_id, "store usage: {e}");
-        }
+            .unwrap_or_else(|e| {
+                tracing::error!("store: load usage: {e}");
+                Vec::new()
+            })
     }
 
     /// A stored record (the sandbox ended, maybe under an earlier daemon).
@@ -173,17 +195,38 @@ impl Ledger {
     }
 
     pub fn record(&self, u: SandboxUsage) {
-        self.persist(&u);
-        self.remember(u);
+        let r = self.record_with(u, |u| match self.store.get() {
+            Some(store) => store.with(|c| persist_on(c, u)),
+            None => Err(rusqlite::Error::InvalidQuery),
+        });
+        if let (Err(e), Some(_)) = (r, self.store.get()) {
+            tracing::error!("store usage: {e}");
+        }
     }
 
-    /// Keeps an ended sandbox's usage in memory and adds it to its tenant's totals; for a
-    /// record already written with [`persist_on`] (inside a destroy's transaction).
-    pub fn remember(&self, u: SandboxUsage) {
+    /// Writes an ended sandbox's usage with `write` (with [`persist_on`], in a transaction of
+    /// the caller's that also ends the sandbox, say) and keeps it in memory and in its
+    /// tenant's totals. Returns what `write` did.
+    pub fn record_with<T>(
+        &self,
+        u: SandboxUsage,
+        write: impl FnOnce(&SandboxUsage) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let t = g.totals.entry(u.tenant.clone()).or_default();
-        t.0 += 1;
-        add(&mut t.1, &u.usage);
+        let written = write(&u);
+        let stored = written.is_ok();
+        // Unread totals count what the store holds when they are read; a record it did not
+        // take waits beside them.
+        let totals = match &mut g.totals {
+            Some(t) => Some(t),
+            None if !stored => Some(&mut g.unstored),
+            None => None,
+        };
+        if let Some(totals) = totals {
+            let t = totals.entry(u.tenant.clone()).or_default();
+            t.0 += 1;
+            add(&mut t.1, &u.usage);
+        }
         if g.by_id.insert(u.sandbox_id.clone(), u.clone()).is_none() {
             g.order.push_back(u.sandbox_id);
         }
@@ -192,6 +235,7 @@ impl Ledger {
                 g.by_id.remove(&old);
             }
         }
+        written
     }
 
     pub fn get(&self, id: &str) -> Option<SandboxUsage> {
@@ -201,7 +245,10 @@ impl Ledger {
 
     /// Totals per tenant (only `tenant` when given): ended sandboxes plus `live` ones.
     pub fn report(&self, tenant: Option<&str>, live: &[SandboxUsage]) -> Vec<TenantUsage> {
-        let mut totals = self.inner.lock().unwrap_or_else(|p| p.into_inner()).totals.clone();
+        let mut totals = {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            self.totals(&mut g).clone()
+        };
         for u in live {
             let t = totals.entry(u.tenant.clone()).or_default();
             t.0 += 1;
@@ -266,6 +313,47 @@ mod tests {
         // Finished meters do not move.
         m.sample(&stats(4 << 30, 9_000_000));
         assert_eq!(m.report("s", "t", (0, 0)).usage.cpu_seconds, 3.0);
+    }
+
+    fn ended(id: &str, tenant: &str, cpu: f64) -> SandboxUsage {
+        SandboxUsage {
+            sandbox_id: id.into(),
+            tenant: tenant.into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            ended_at: None,
+            usage: Usage { cpu_seconds: cpu, ..Default::default() },
+        }
+    }
+
+    fn totals(l: &Ledger) -> Vec<(String, u64, f64)> {
+        l.report(None, &[]).into_iter().map(|t| (t.tenant, t.sandboxes, t.usage.cpu_seconds)).collect()
+    }
+
+    /// The totals are read from the store only when asked for, and every record counts once:
+    /// those stored before the start, those recorded since (before and after the first
+    /// reading), and one the store refused while the totals were unread.
+    #[test]
+    fn totals_are_read_when_asked_for_and_count_each_record_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(crate::store::Store::open(tmp.path()).unwrap());
+        let earlier = Ledger::default();
+        earlier.attach(store.clone()).unwrap();
+        earlier.record(ended("a", "t1", 1.0));
+        earlier.record(ended("b", "t2", 2.0));
+        let l = Ledger::default();
+        l.attach(store.clone()).unwrap();
+        assert!(l.inner.lock().unwrap().totals.is_none(), "nothing read at the start");
+        l.record(ended("c", "t1", 4.0));
+        let refused = l.record_with(ended("d", "t1", 8.0), |_| Err::<(), _>(rusqlite::Error::InvalidQuery));
+        assert!(refused.is_err());
+        assert_eq!(totals(&l), vec![("t1".into(), 3, 13.0), ("t2".into(), 1, 2.0)]);
+        l.record(ended("e", "t2", 16.0));
+        assert_eq!(totals(&l), vec![("t1".into(), 3, 13.0), ("t2".into(), 2, 18.0)]);
+        assert_eq!(l.get("c").map(|u| u.usage.cpu_seconds), Some(4.0));
+        // A later start reads what the store kept (the refused record is not there).
+        let next = Ledger::default();
+        next.attach(store).unwrap();
+        assert_eq!(totals(&next), vec![("t1".into(), 2, 5.0), ("t2".into(), 2, 18.0)]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -77,7 +77,32 @@ enum Server {
 struct ForkServer {
     /// Our end of the request socket; the server exits when it closes.
     sock: OwnedFd,
-    child: Child,
+    child: Spawned,
+}
+
+/// A child process started with `sys::spawn`, reaped at most once (its pid is never
+/// signalled once reaped: it may be another process's by then).
+struct Spawned {
+    pid: libc::pid_t,
+    reaped: bool,
+}
+
+impl Spawned {
+    /// Whether it still runs (reaped here if it has ended).
+    fn running(&mut self) -> bool {
+        if !self.reaped && !matches!(crate::sys::waitpid(self.pid, libc::WNOHANG), Ok((0, _))) {
+            self.reaped = true;
+        }
+        !self.reaped
+    }
+
+    fn kill_and_reap(&mut self) {
+        if !self.reaped {
+            let _ = crate::sys::kill(self.pid, libc::SIGKILL);
+            let _ = crate::sys::waitpid(self.pid, 0);
+            self.reaped = true;
+        }
+    }
 }
 
 impl ForkServer {
@@ -89,17 +114,11 @@ impl ForkServer {
     fn start(agent_exe: &Path) -> Result<ForkServer> {
         let (ours, theirs) = crate::sys::seqpacket_pair().ctx("fork server socket")?;
         // The same argv as a one-shot jailer: it becomes every sandbox's PID 1 command line.
-        let child = Command::new(agent_exe)
-            .arg0("glovebox-agent")
-            .arg("jail")
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::from(theirs))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+        // Spawned, not forked: the daemon's address space is large (see `sys::spawn`).
+        let pid = crate::sys::spawn(agent_exe, &["glovebox-agent", "jail"], theirs.as_fd())
             .ctx_at("spawn fork server", agent_exe)?;
-        Ok(ForkServer { sock: ours, child })
+        drop(theirs);
+        Ok(ForkServer { sock: ours, child: Spawned { pid, reaped: false } })
     }
 
     fn hello(self) -> Result<ForkServer> {
@@ -130,8 +149,7 @@ impl ForkServer {
     fn stop(mut self) {
         drop(self.sock);
         // It exits at EOF; a kill covers one that cannot.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill_and_reap();
     }
 }
 
@@ -150,7 +168,7 @@ impl Launcher {
     /// The fork server's pid, or why there is none (waiting for a starting one's hello).
     pub fn server(&self) -> std::result::Result<u32, String> {
         match &*self.lock() {
-            Server::Running(s) => Ok(s.child.id()),
+            Server::Running(s) => Ok(s.child.pid as u32),
             // Not seen here: `lock` has read its hello.
             Server::Starting(_) => Err("starting".into()),
             Server::Gone => Err("stopped; started again at the next launch".into()),
@@ -196,7 +214,7 @@ impl Launcher {
             // A server that died cannot replace the children that wait for requests: a
             // request could wait on the socket for nobody. A new one gets a new socket.
             if let Server::Running(s) = &mut *server {
-                if !matches!(s.child.try_wait(), Ok(None)) {
+                if !s.child.running() {
                     if let Server::Running(old) = std::mem::replace(&mut *server, Server::Gone) {
                         old.stop();
                     }

@@ -405,6 +405,69 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Starts `exe` with `argv` (its `argv[0]` first), no environment, `stdin` as its fd 0,
+/// `/dev/null` as its fds 1 and 2, `/` as its working directory, SIGPIPE at its default (Rust
+/// ignores it, and an ignored signal stays ignored across an exec) and no signal blocked,
+/// as `std::process::Command` starts a program; returns its pid (a child of this process, to reap). posix_spawn(3):
+/// glibc starts it with `CLONE_VM | CLONE_VFORK`, so nothing of this process's address space
+/// is copied (a fork of the daemon copies its page tables and leaves every page it then
+/// writes to a copy-on-write fault), and an exec that fails is reported here.
+pub fn spawn(exe: &Path, argv: &[&str], stdin: BorrowedFd<'_>) -> io::Result<libc::pid_t> {
+    let c = |s: &[u8]| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let exe_c = cstr(exe)?;
+    let args = argv.iter().map(|a| c(a.as_bytes())).collect::<io::Result<Vec<_>>>()?;
+    let mut arg_ptrs: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr() as *mut libc::c_char).collect();
+    arg_ptrs.push(std::ptr::null_mut());
+    let mut env_ptrs: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    let (root, null) = (c(b"/")?, c(b"/dev/null")?);
+    let err = |e: libc::c_int| if e == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(e)) };
+    // SAFETY: zeroed storage is what the *_init calls below expect to initialise.
+    let mut fa: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `fa` and `attr` are valid, exclusively borrowed storage; each is destroyed below
+    // once initialised, whatever happens in between.
+    err(unsafe { libc::posix_spawn_file_actions_init(&mut fa) })?;
+    // SAFETY: as above.
+    if let Err(e) = err(unsafe { libc::posix_spawnattr_init(&mut attr) }) {
+        // SAFETY: `fa` was initialised above and is not used after this.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut fa) };
+        return Err(e);
+    }
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: every pointer passed is valid for the call: `fa`/`attr` initialised above, the
+    // C strings and the null-terminated pointer arrays (`args`, `exe_c`, `root`, `null`) live
+    // until after `posix_spawn` returns; the fds are ours (`stdin` is borrowed for the call).
+    let spawned = unsafe {
+        let mut sigs: libc::sigset_t = std::mem::zeroed();
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        check(libc::sigemptyset(&mut sigs))
+            .and_then(|_| check(libc::sigaddset(&mut sigs, libc::SIGPIPE)))
+            .and_then(|_| check(libc::sigemptyset(&mut none)))
+            .and_then(|_| err(libc::posix_spawnattr_setsigdefault(&mut attr, &sigs)))
+            .and_then(|()| err(libc::posix_spawnattr_setsigmask(&mut attr, &none)))
+            .and_then(|()| {
+                err(libc::posix_spawnattr_setflags(
+                    &mut attr,
+                    (libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK) as libc::c_short,
+                ))
+            })
+            .and_then(|()| err(libc::posix_spawn_file_actions_adddup2(&mut fa, stdin.as_raw_fd(), 0)))
+            .and_then(|()| err(libc::posix_spawn_file_actions_addopen(&mut fa, 1, null.as_ptr(), libc::O_WRONLY, 0)))
+            .and_then(|()| err(libc::posix_spawn_file_actions_addopen(&mut fa, 2, null.as_ptr(), libc::O_WRONLY, 0)))
+            .and_then(|()| err(libc::posix_spawn_file_actions_addchdir_np(&mut fa, root.as_ptr())))
+            .and_then(|()| {
+                err(libc::posix_spawn(&mut pid, exe_c.as_ptr(), &fa, &attr, arg_ptrs.as_ptr(), env_ptrs.as_mut_ptr()))
+            })
+    };
+    // SAFETY: both were initialised above and are not used after this.
+    unsafe {
+        libc::posix_spawn_file_actions_destroy(&mut fa);
+        libc::posix_spawnattr_destroy(&mut attr);
+    }
+    spawned.map(|()| pid)
+}
+
 /// kill(2).
 pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: integer-only syscall.

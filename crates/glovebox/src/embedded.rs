@@ -25,7 +25,7 @@ pub fn open_manager(data_dir: &Path, warm_pool: usize) -> Result<Arc<Manager>> {
     open_with(data_dir, |cfg| {
         cfg.warm_pool = warm_pool;
         cfg.link_pool = 0;
-        cfg.make_ahead = false;
+        cfg.one_shot = true;
     })
 }
 

@@ -86,25 +86,77 @@ pub(super) fn cgroup_limits(l: &Limits) -> cgroup::Limits {
 
 /// What [`Jail::open`] needs that takes milliseconds of its own and depends on nothing else
 /// of the daemon's start-up, made on a thread of its own beside it (the store's opening, the
-/// fork server's start): the base skeleton, opened (built if needed), and both seccomp filters
-/// compiled. For a process that boots one sandbox right after it starts, the cgroup migration
-/// lock is warmed from here on too (see [`keep_migration_lock_warm`]).
+/// seccomp filters' compiling): the jailer fork server, started, and the base skeleton,
+/// opened (built if needed). For a process that boots one sandbox right after it starts, the
+/// cgroup migration lock is warmed from here on too (see [`keep_migration_lock_warm`]).
 pub struct Preparing {
     work: Option<std::thread::JoinHandle<Prepared>>,
-    bases: PathBuf,
+    run_dir: PathBuf,
+    cgroup_root: PathBuf,
+    agent_exe: PathBuf,
     first_joined: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct Prepared {
+    launcher: glovebox_jail::launch::Launcher,
     skel: std::io::Result<Skeleton>,
-    seccomp: Option<Vec<(u16, u8, u8, u32)>>,
-    agent_seccomp: Option<Vec<(u16, u8, u8, u32)>>,
 }
 
 impl Prepared {
-    fn now(bases: &Path) -> Prepared {
+    fn now(bases: &Path, agent_exe: &Path) -> Prepared {
+        // It starts while the rest is prepared; `Jail::open` reads its hello last.
+        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
         // Shared by every process whose inputs are the same, never rewritten in place.
         let skel = Skeleton::open(bases);
+        Prepared { launcher, skel }
+    }
+}
+
+impl Jail {
+    /// Starts what [`Jail::open`] needs first (see [`Preparing`]) under `run_dir` (its `base`
+    /// directory exists), the jailer fork server of `agent_exe` among it; with `one_boot` (no
+    /// `make_ahead`), warms the cgroup migration lock in `cgroup_root` until the first boot.
+    pub fn prepare(run_dir: &Path, cgroup_root: &Path, agent_exe: &Path, one_boot: bool) -> Preparing {
+        // Orphans reparent to us, so the agents we start stay our children to reap. Before
+        // the fork server starts: its jailers' orphans must find us as their reaper.
+        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+        let first_joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if one_boot {
+            keep_migration_lock_warm(cgroup_root, first_joined.clone());
+        }
+        let (bases, exe) = (run_dir.join("base"), agent_exe.to_path_buf());
+        let work =
+            std::thread::Builder::new().name("glovebox-prepare".into()).spawn(move || Prepared::now(&bases, &exe));
+        // Without a thread, `open` does the same work itself.
+        Preparing {
+            work: work.ok(),
+            run_dir: run_dir.to_path_buf(),
+            cgroup_root: cgroup_root.to_path_buf(),
+            agent_exe: agent_exe.to_path_buf(),
+            first_joined,
+        }
+    }
+
+    /// Prepares the jail that `prepared` started (see [`Jail::prepare`]; its run dir's
+    /// `sandboxes`, `base` and `slots` directories exist): detects the cgroups, takes the base
+    /// skeleton (with the language kernels' files) and the jailer fork server. `work` tells
+    /// refills when it is quiet; `link_pool` shells are kept linked ahead through `net`;
+    /// without `make_ahead`, one namespace and one shell are made at the start and never
+    /// replaced (a process that creates one sandbox and ends: see `Config::one_shot`).
+    pub fn open(
+        prepared: Preparing,
+        defaults: &Limits,
+        work: Arc<Activity>,
+        net: Arc<Net>,
+        link_pool: usize,
+        make_ahead: bool,
+    ) -> Result<Jail> {
+        let Preparing { work: preparing, run_dir, cgroup_root, agent_exe, first_joined } = prepared;
+        let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
+        fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
+            .map_err(internal("chmod slots dir"))?;
+        let cgroups = cgroup::detect(&cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
+        // Compiled here, beside the preparation thread's work.
         let seccomp = match glovebox_jail::seccomp::compile() {
             Ok(p) => Some(glovebox_jail::seccomp::to_tuples(&p)),
             Err(e) => {
@@ -119,58 +171,9 @@ impl Prepared {
                 None
             }
         };
-        Prepared { skel, seccomp, agent_seccomp }
-    }
-}
-
-impl Jail {
-    /// Starts what [`Jail::open`] needs first (see [`Preparing`]) under `run_dir` (its `base`
-    /// directory exists); with `one_boot` (no `make_ahead`), warms the cgroup migration lock
-    /// in `cgroup_root` until the first boot.
-    pub fn prepare(run_dir: &Path, cgroup_root: &Path, one_boot: bool) -> Preparing {
-        let bases = run_dir.join("base");
-        let first_joined = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        if one_boot {
-            keep_migration_lock_warm(cgroup_root, first_joined.clone());
-        }
-        let b = bases.clone();
-        let work = std::thread::Builder::new().name("glovebox-prepare".into()).spawn(move || Prepared::now(&b));
-        // Without a thread, `open` does the same work itself.
-        Preparing { work: work.ok(), bases, first_joined }
-    }
-
-    /// Prepares the jail under `run_dir` (its `sandboxes`, `base` and `slots` directories
-    /// exist): detects the cgroups, opens the base skeleton (built first if needed, with the language
-    /// kernels' files), starts the jailer fork server. `work` tells refills when it is quiet;
-    /// `link_pool` shells are kept linked ahead through `net`; without `make_ahead`, one
-    /// namespace and one shell are made at the start and never replaced (a process that
-    /// creates one sandbox and ends: see `Config::make_ahead`).
-    // The manager's config, taken apart: a struct of its own is the next step when it grows.
-    #[allow(clippy::too_many_arguments)]
-    pub fn open(
-        run_dir: &Path,
-        cgroup_root: &Path,
-        agent_exe: &Path,
-        defaults: &Limits,
-        work: Arc<Activity>,
-        net: Arc<Net>,
-        link_pool: usize,
-        make_ahead: bool,
-        prepared: Preparing,
-    ) -> Result<Jail> {
-        // Orphans reparent to us, so the agents we start stay our children to reap.
-        let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
-        // After the subreaper bit: the server's jailers' orphans must find us as their reaper.
-        // It starts while the rest is prepared; its hello is read at the end.
-        let launcher = glovebox_jail::launch::Launcher::new(agent_exe);
-        let slots = Slots::new(&run_dir.join("slots")).map_err(internal("slots dir"))?;
-        fs::set_permissions(run_dir.join("slots"), fs::Permissions::from_mode(0o700))
-            .map_err(internal("chmod slots dir"))?;
-        let cgroups = cgroup::detect(cgroup_root).map_err(|e| Error::Internal(format!("cgroups: {e}")))?;
-        let Preparing { work: preparing, bases, first_joined } = prepared;
-        let Prepared { skel: skel_hold, seccomp, agent_seccomp } = match preparing {
+        let Prepared { launcher, skel: skel_hold } = match preparing {
             Some(t) => t.join().map_err(|_| Error::Internal("jail preparation thread panicked".into()))?,
-            None => Prepared::now(&bases),
+            None => Prepared::now(&run_dir.join("base"), &agent_exe),
         };
         let skel_hold = skel_hold.map_err(internal("base root skeleton"))?;
         let skel = skel_hold.path().to_path_buf();
@@ -198,7 +201,7 @@ impl Jail {
             agent_seccomp,
             netns: Arc::new(NetnsPool::new(work)),
             disks: Err("no directory for disk images was given".into()),
-            agent_exe: agent_exe.to_path_buf(),
+            agent_exe,
             gvisor: super::gvisor::Runsc::detect(),
             link_from_start: false,
         })
@@ -679,7 +682,7 @@ impl Host {
 /// How long the cgroup migration lock is kept warm for a first boot that does not come.
 const WARM_LOCK_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// For a process that boots one sandbox right after it starts (see `Config::make_ahead`):
+/// For a process that boots one sandbox right after it starts (see `Config::one_shot`):
 /// takes the kernel's cgroup migration lock now and then every millisecond on a thread of its
 /// own, until `joined` (the first boot's jailer is in its cgroups) or [`WARM_LOCK_BOUND`], so
 /// that the jailer's `cgroup.procs` writes find it warm instead of waiting for an RCU grace

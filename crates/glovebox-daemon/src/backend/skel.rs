@@ -116,8 +116,8 @@ fn build(path: &Path) -> std::io::Result<()> {
 
 /// Removes, under `bases`, what no process and no sandbox uses: skeletons (beyond the
 /// [`KEEP`] newest unused ones), unfinished ones of processes that are gone, and the
-/// per-process trees of earlier versions (`host-<pid>`, `mini-<pid>`) of processes that are
-/// gone. `used`: the skeletons sandboxes' run directories name.
+/// per-process trees (`mini-<pid>`, the whole-root templates' bottom layer; `host-<pid>`,
+/// earlier versions' skeletons) of processes that are gone. `used`: the skeletons sandboxes' run directories name.
 pub(super) fn reap(bases: &Path, used: &HashSet<PathBuf>) {
     let Ok(entries) = fs::read_dir(bases) else { return };
     let mut unused = Vec::new();
@@ -137,7 +137,7 @@ pub(super) fn reap(bases: &Path, used: &HashSet<PathBuf>) {
         }
     }
     // Newest first: the first KEEP stay.
-    unused.sort_by_key(|e| std::cmp::Reverse(e.0));
+    unused.sort_by_key(|u| std::cmp::Reverse(u.0));
     for (_, path) in unused.into_iter().skip(KEEP) {
         let Ok(dir) = fs::File::open(&path) else { continue };
         let locked = rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive);
@@ -147,8 +147,8 @@ pub(super) fn reap(bases: &Path, used: &HashSet<PathBuf>) {
     }
 }
 
-/// The process a base tree's name says made it: `host-<pid>` and `mini-<pid>` (one tree per
-/// process, as earlier versions made them), and `<name>.tmp-<pid>` (being written).
+/// The process a base tree's name says made it: `mini-<pid>` and `host-<pid>` (one tree per
+/// process), and `<name>.tmp-<pid>` (being written).
 fn owner_pid(name: &str) -> Option<u32> {
     if let Some((_, pid)) = name.rsplit_once(".tmp-") {
         return pid.parse().ok();

@@ -60,12 +60,13 @@ impl Observer for Journal {
     /// Its usage, end state and `ended` event: one transaction, one commit.
     fn ended(&self, sb: &Sb, reason: EndReason, detail: Option<&str>) -> Option<Announce> {
         let usage = sb.usage();
-        let stored = self.store.transaction(|c| {
-            crate::usage::persist_on(c, &usage)?;
-            crate::store::end_sandbox_on(c, &sb.id, reason, SystemTime::now())?;
-            Events::add_on(c, &sb.id, EventKind::Ended, Some(reason), detail)
+        let stored = self.ended_usage.record_with(usage, |usage| {
+            self.store.transaction(|c| {
+                crate::usage::persist_on(c, usage)?;
+                crate::store::end_sandbox_on(c, &sb.id, reason, SystemTime::now())?;
+                Events::add_on(c, &sb.id, EventKind::Ended, Some(reason), detail)
+            })
         });
-        self.ended_usage.remember(usage);
         self.announce(&sb.id, "store end", stored)
     }
 }

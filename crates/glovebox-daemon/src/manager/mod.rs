@@ -79,13 +79,15 @@ pub struct Config {
     /// Network namespaces kept linked ahead (with their uid slot and cgroups) for creates
     /// whose policy needs a link (0 disables: such creates link their own).
     pub link_pool: usize,
-    /// Whether the backend keeps made ahead, off the requests' path, what the next creates
-    /// take (network namespaces, a shell of uid slot, run directory and cgroups). Off for an
-    /// embedded run, which creates its sandbox as soon as it has started and then ends: it
-    /// makes that one create's namespace and shell while it starts, and nothing after (a
-    /// refill would compete with the create for the CPU and the kernel's locks, and be
-    /// thrown away).
-    pub make_ahead: bool,
+    /// A process that creates its sandbox as soon as it has started, and ends with it (an
+    /// embedded `glovebox run`). Nothing is kept made ahead for later creates (network
+    /// namespaces, shells of uid slot, run directory and cgroups): the one create's are made
+    /// while the process starts, and a refill would only compete with that create for the CPU
+    /// and the kernel's locks, then be thrown away. The cgroup migration lock is kept warm for
+    /// the first boot (see `glovebox_jail::cgroup::lock`). The store's checkpointer makes its
+    /// first pass (the previous run's log folded into the file, three `fsync`s) on its own
+    /// thread, not on the start's path.
+    pub one_shot: bool,
     /// Re-adopt, at start, the intact sandboxes a previous daemon on this data dir left
     /// (`glovebox serve`); off for embedded runs, whose sandboxes end with them.
     pub adopt: bool,
@@ -106,7 +108,7 @@ impl Config {
             defaults: Limits::default(),
             warm_pool: 0,
             link_pool: 2,
-            make_ahead: true,
+            one_shot: false,
             adopt: false,
             retention: Duration::from_secs(24 * 3600),
             preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
@@ -238,20 +240,18 @@ impl Manager {
         }
         let work: Arc<crate::idle::Activity> = Arc::default();
         // Beside the store's opening.
-        let prepared = crate::backend::jail::Jail::prepare(&cfg.run_dir, &cfg.cgroup_root, !cfg.make_ahead);
+        let prepared =
+            crate::backend::jail::Jail::prepare(&cfg.run_dir, &cfg.cgroup_root, &cfg.agent_exe, cfg.one_shot);
         // The store before the jail: a store too new for this binary stops the start early.
-        let store = open_store(&cfg.data_dir)?;
+        let store = open_store(&cfg.data_dir, cfg.one_shot)?;
         let net = Arc::new(crate::net::Net::new());
         let jail = crate::backend::jail::Jail::open(
-            &cfg.run_dir,
-            &cfg.cgroup_root,
-            &cfg.agent_exe,
+            prepared,
             &cfg.defaults,
             work.clone(),
             net.clone(),
             cfg.link_pool,
-            cfg.make_ahead,
-            prepared,
+            !cfg.one_shot,
         )?
         .with_disks(cfg.data_dir.join("disks"));
         let jail = match cfg.default_isolation {
@@ -337,8 +337,12 @@ impl Manager {
 
 /// The store in `data_dir`; one that cannot be opened (e.g. a full disk) is replaced by one
 /// in memory, loudly, rather than not serving at all.
-fn open_store(data_dir: &Path) -> Result<Arc<crate::store::Store>> {
-    let store = match crate::store::Store::open(data_dir) {
+fn open_store(data_dir: &Path, one_shot: bool) -> Result<Arc<crate::store::Store>> {
+    let opened = match one_shot {
+        true => crate::store::Store::open_one_shot(data_dir),
+        false => crate::store::Store::open(data_dir),
+    };
+    let store = match opened {
         Ok(s) => s,
         Err(e @ crate::store::StoreError::TooNew(..)) => return Err(Error::Internal(format!("store: {e}"))),
         Err(e) => {

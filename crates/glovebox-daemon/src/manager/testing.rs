@@ -30,7 +30,7 @@ pub(crate) fn fixture_with(tune: impl FnOnce(&mut Config)) -> Fixture {
     cfg.auto_build = false;
     std::fs::create_dir_all(cfg.run_dir.join("base")).expect("run dir");
     tune(&mut cfg);
-    let store = super::open_store(&cfg.data_dir).expect("store");
+    let store = super::open_store(&cfg.data_dir, false).expect("store");
     let fake = Arc::new(Fake::new(&tmp.path().join("sandboxes")));
     let m = Manager::with_backend(cfg, store, fake.clone(), Arc::default(), Arc::default()).expect("manager");
     Fixture { m, fake, _tmp: tmp }

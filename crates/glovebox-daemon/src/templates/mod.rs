@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use glovebox_proto::api::CreateSandbox;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 pub use store::{Store, TemplateMeta};
 
 /// What a sandbox starts from: read-only layers above the base skeleton (top-most first),
@@ -55,6 +55,8 @@ pub const BUILD_SANDBOX: &str = "(template build)";
 pub struct Templates {
     pub store: Store,
     mini: PathBuf,
+    /// Whether `mini` was written (on first use: only whole-root templates need it).
+    mini_built: std::sync::OnceLock<()>,
     /// Builds hold it shared, GC exclusively (a build's fresh layers are not yet named by
     /// any template).
     pub(crate) gc_lock: tokio::sync::RwLock<()>,
@@ -124,10 +126,10 @@ impl Templates {
             Store::at(data_dir)
         });
         let mini = run_dir.join("base").join(format!("mini-{}", std::process::id()));
-        build_mini_skel(&mini).map_err(|e| Error::Internal(format!("mini skeleton: {e}")))?;
         Ok(Templates {
             store,
             mini,
+            mini_built: std::sync::OnceLock::new(),
             gc_lock: tokio::sync::RwLock::new(()),
             building: Default::default(),
             auto: Default::default(),
@@ -135,7 +137,14 @@ impl Templates {
     }
 
     /// The bottom layer under whole-root images: mount points, `/home/user`, the kernels.
+    /// Written by the first call (a process that starts none has none); if it cannot be, the
+    /// boots on it fail saying which directory is missing.
     pub fn mini_skel(&self) -> PathBuf {
+        self.mini_built.get_or_init(|| {
+            if let Err(e) = build_mini_skel(&self.mini) {
+                tracing::error!("mini skeleton {}: {e}", self.mini.display());
+            }
+        });
         self.mini.clone()
     }
 
