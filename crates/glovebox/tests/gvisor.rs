@@ -425,3 +425,49 @@ fn a_gvisor_sandbox_is_readopted_with_its_link_and_policy() {
     drop(c);
     d.shutdown_and_check_leaks();
 }
+
+/// The daemon's zombie children (it is a subreaper: orphans of its sandboxes pass to it).
+fn zombie_children(daemon: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else { continue };
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(|r| r.trim().to_string());
+        let zombie = field("State:").is_some_and(|s| s.starts_with('Z'));
+        if zombie && field("PPid:").and_then(|p| p.parse::<u32>().ok()) == Some(daemon) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// The start helper stays as the reaper of the sentry's stub processes. Killed from outside
+/// (a host admin, the OOM killer), it passes them to the daemon, which must reap them when the
+/// sandbox is destroyed instead of keeping them as zombies (seven per sandbox, before).
+#[test]
+fn a_helper_killed_from_outside_leaves_no_zombies_in_the_daemon() {
+    require_gvisor!();
+    let d = Daemon::start();
+    let id = d.create(gvisor(json!({})));
+    // A few guest processes, so the sentry has stub processes on the host.
+    assert_eq!(d.sh_ok(&id, "sleep 60 & sleep 60 & echo up"), "up\n");
+    let rec = std::fs::read_to_string(common::run_dir().join("sandboxes").join(&id).join("helper")).unwrap();
+    let helper: u32 = rec.split_whitespace().next().unwrap().parse().unwrap();
+    let killed = Command::new("kill").args(["-9", &helper.to_string()]).status().unwrap();
+    assert!(killed.success(), "kill the helper {helper}");
+    // Until it is gone (a zombie of the daemon's, which the destroy reaps), its children
+    // could still pass to it.
+    let dead = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        let st = std::fs::read_to_string(format!("/proc/{helper}/status")).unwrap_or_default();
+        (st.is_empty() || st.lines().any(|l| l.starts_with("State:") && l.contains('Z'))).then_some(())
+    });
+    assert!(dead.is_some(), "the helper {helper} outlived SIGKILL");
+    let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 204, "destroy after the helper was killed");
+    let left = common::poll(Duration::from_secs(5), Duration::from_millis(100), || {
+        let z = zombie_children(d.pid());
+        z.is_empty().then_some(())
+    });
+    assert!(left.is_some(), "zombies left in the daemon: {:?}", zombie_children(d.pid()));
+    d.shutdown_and_check_leaks();
+}

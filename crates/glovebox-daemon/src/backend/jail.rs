@@ -590,6 +590,7 @@ impl Jail {
             cgroup,
             slot,
             ahead: Some(self.host.net.clone()),
+            members: Default::default(),
         }))
     }
 
@@ -625,6 +626,7 @@ impl Jail {
             cgroup,
             slot,
             ahead: None,
+            members: Default::default(),
         }))
     }
 
