@@ -85,7 +85,7 @@ const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
 /// How long after a foreground command's result its spare's replacement is made while
 /// another spare waits, when the command came after a quiet spell. Made at once, the refill
 /// competed with the daemon forwarding the result and the client taking it: an exec `true`
-/// after 30–50 ms of quiet took 0.17–0.27 ms longer (p50 of paired differences,
+/// after 30–50 ms of quiet took 0.17–0.32 ms longer (p50 of paired differences,
 /// docs/benchmarks.md).
 const REFILL_QUIET: std::time::Duration = std::time::Duration::from_millis(2);
 
