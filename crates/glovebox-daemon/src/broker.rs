@@ -13,7 +13,6 @@
 //! - ALPN offers http/1.1 only (both sides): HTTP/2 clients fall back.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddrV4;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,30 +52,8 @@ pub enum BrokerError {
     Name(String),
 }
 
-/// Temporary: which experiments are on (GLOVEBOX_EGRESS_EXP, comma-separated).
-pub fn exp(name: &str) -> bool {
-    static EXP: OnceLock<Vec<String>> = OnceLock::new();
-    EXP.get_or_init(|| {
-        std::env::var("GLOVEBOX_EGRESS_EXP").unwrap_or_default().split(',').map(str::to_string).collect()
-    })
-    .iter()
-    .any(|e| e == name)
-}
-
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    let mut p = rustls::crypto::ring::default_provider();
-    if exp("aes128") {
-        use rustls::CipherSuite as S;
-        p.cipher_suites.sort_by_key(|s| {
-            !matches!(
-                s.suite(),
-                S::TLS13_AES_128_GCM_SHA256
-                    | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
-                    | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
-            )
-        });
-    }
-    Arc::new(p)
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// A sandbox's CA: its certificate (what the sandbox trusts) and a cache of leaf configs.
@@ -142,7 +119,6 @@ impl Ca {
             .with_no_client_auth()
             .with_single_cert(chain, key)?;
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-        cfg.ignore_client_order = exp("aes128");
         let cfg = Arc::new(cfg);
         leaves.insert(name.to_string(), cfg.clone());
         Ok(cfg)
@@ -206,16 +182,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, b: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, b)
     }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, b)
-    }
-    fn is_write_vectored(&self) -> bool {
-        exp("vec") && self.inner.is_write_vectored()
-    }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -248,20 +214,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
         }
         r
     }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        b: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, b);
-        if let Poll::Ready(Ok(n)) = &r {
-            self.down.fetch_add(*n as u64, Ordering::Relaxed);
-        }
-        r
-    }
-    fn is_write_vectored(&self) -> bool {
-        exp("vec") && self.inner.is_write_vectored()
-    }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -271,23 +223,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<hyper::body::Incoming>;
-/// The upstream connection's driver: polled beside the sandbox's connection or spawned.
-type UpConn =
-    hyper::client::conn::http1::Connection<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, hyper::body::Incoming>;
 type Body = BoxBody<Bytes, hyper::Error>;
 
-/// A verified TLS connection to `dst` for `name`, with an HTTP/1.1 client on it, driven by
-/// a task of its own.
+/// A verified TLS connection to `dst` for `name`, with an HTTP/1.1 client on it.
 async fn connect_upstream(dst: SocketAddrV4, name: &str) -> Result<Sender, BrokerError> {
-    let (sender, conn) = open_upstream(dst, name).await?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
-}
-
-/// A verified TLS connection to `dst` for `name`: the HTTP/1.1 client and its driver.
-async fn open_upstream(dst: SocketAddrV4, name: &str) -> Result<(Sender, UpConn), BrokerError> {
     let server_name = ServerName::try_from(name.to_string()).map_err(|_| BrokerError::Name(name.to_string()))?;
     let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(dst))
         .await
@@ -301,7 +240,13 @@ async fn open_upstream(dst: SocketAddrV4, name: &str) -> Result<(Sender, UpConn)
     .await
     .map_err(|_| BrokerError::UpstreamTls("handshake timed out".into()))?
     .map_err(|e| BrokerError::UpstreamTls(e.to_string()))?;
-    hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.map_err(|e| BrokerError::UpstreamTls(e.to_string()))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| BrokerError::UpstreamTls(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }
 
 fn plain(status: StatusCode, msg: &'static str) -> Response<Body> {
@@ -330,15 +275,7 @@ pub async fn serve(
     headers: Vec<(HeaderName, HeaderValue)>,
     ca: Arc<Ca>,
 ) -> Result<Served, BrokerError> {
-    let (sender, up_conn) = open_upstream(dst, &name).await?;
-    let mut up_conn = if exp("samet") {
-        Some(up_conn)
-    } else {
-        tokio::spawn(async move {
-            let _ = up_conn.await;
-        });
-        None
-    };
+    let sender = connect_upstream(dst, &name).await?;
     let cfg = ca.server_config(&name)?;
     let tls = tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
@@ -409,24 +346,12 @@ pub async fn serve(
             }
         })
     };
-    let server = hyper::server::conn::http1::Builder::new()
+    let r = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_secs(300))
-        .serve_connection(TokioIo::new(io), svc);
-    // The first upstream connection is driven in this task, beside the sandbox's: a response
-    // body's bytes go from one to the other without waking another task. When the sandbox's
-    // connection ends, the upstream one is dropped (closed) with it.
-    let mut server = std::pin::pin!(server);
-    let r = std::future::poll_fn(|cx| {
-        if let Some(c) = up_conn.as_mut() {
-            if Pin::new(c).poll(cx).is_ready() {
-                up_conn = None;
-            }
-        }
-        server.as_mut().poll(cx)
-    })
-    .await;
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
     if let Err(e) = r {
         tracing::debug!("brokered connection {name}: {e}");
     }
