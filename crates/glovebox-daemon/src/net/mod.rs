@@ -6,8 +6,7 @@
 //! A sandbox whose policy is not `deny-all` gets a veth pair: `gb<slot>` in the host's
 //! namespace, `eth0` in the sandbox's, a /30 of the sandbox network per uid slot (host .1,
 //! sandbox .2), a default route via the host end. Every packet the sandbox sends crosses the
-//! daemon's `inet glovebox_<pid>` tables (one per shard of uid slots, see [`SHARDS`]), where
-//! the sandbox's own chain applies its
+//! daemon's `inet glovebox_<pid>` table, where the sandbox's own chain applies its
 //! `Ruleset` (deny rules, then allow rules, then the always-denied ranges, then allow-all)
 //! and rejects the rest (TCP with a reset, so connections the policy no longer allows close
 //! at once). Traffic to the host itself is limited to the sandbox's resolver and proxy;
@@ -39,26 +38,10 @@ pub use ruleset::{ruleset, Ruleset};
 pub type Sink = Arc<dyn Fn(&Logged) + Send + Sync>;
 type Sinks = Mutex<HashMap<u32, Sink>>;
 
-/// Tables are per daemon process (`glovebox_<pid>`, and `glovebox_<pid>_<shard>`): each
-/// handles only the interfaces in its own `ifaces` set, so several Glovebox processes on a host
-/// never drop each other's traffic, and a daemon's exit can remove its tables.
+/// Tables are per daemon process (`glovebox_<pid>`): each handles only the interfaces in its
+/// own `ifaces` set, so several Glovebox processes on a host never drop each other's traffic,
+/// and a daemon's exit can remove its table.
 const TABLE_PREFIX: &str = "glovebox_";
-
-/// The sandboxes' chains are spread over this many tables, by uid slot. The kernel checks a
-/// whole table (every chain its verdict maps jump to) on each commit that adds a jump or a
-/// verdict, so with one table every allow-list create or policy update cost more with each
-/// sandbox linked before it (about 0.6 ms of kernel time per commit with 225 linked); a
-/// shard holds a sixteenth of them. A packet passes each table's base chains, whose first
-/// rule (a set lookup) lets it by unless its link is in that table.
-const SHARDS: u32 = 16;
-
-/// The name of shard `shard` of the tables named `base` (shard 0 is `base` itself).
-fn shard_table(base: &str, shard: u32) -> String {
-    match shard {
-        0 => base.to_string(),
-        n => format!("{base}_{n}"),
-    }
-}
 
 /// The sandbox network: 10.213.0.0/16, one /30 per uid slot (16,384 slots).
 pub fn link_addrs(slot: u32) -> (Ipv4Addr, Ipv4Addr) {
@@ -109,18 +92,10 @@ impl Net {
         }
     }
 
-    /// The table that holds slot `slot`'s chains.
-    fn table_of(&self, slot: u32) -> String {
-        shard_table(&self.table, slot % SHARDS)
-    }
-
-    /// Creates this daemon's tables, enables forwarding and starts reading its log group.
+    /// Creates this daemon's table, enables forwarding and starts reading its log group.
     fn ensure(&self) -> Result<()> {
         let r = self.ready.get_or_init(|| {
-            for shard in 0..SHARDS {
-                let table = shard_table(&self.table, shard);
-                nft::create_table(&table).map_err(|e| format!("firewall table {table}: {e}"))?;
-            }
+            nft::create_table(&self.table).map_err(|e| format!("firewall table {}: {e}", self.table))?;
             self.log.get_or_init(|| self.start_log());
             std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|e| format!("enable IPv4 forwarding: {e}"))
         });
@@ -183,9 +158,7 @@ impl Net {
         self.ensure()?;
         let dev = ifname(slot);
         self.make_link(slot, link::Netns::Fd(ns))
-            .and_then(|_| {
-                nft::hold(&self.table_of(slot), &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}")))
-            })
+            .and_then(|_| nft::hold(&self.table, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}"))))
             .inspect_err(|_| self.cut(slot))
     }
 
@@ -195,7 +168,7 @@ impl Net {
     pub fn hold_stale(&self, slot: u32) -> Result<()> {
         self.ensure()?;
         let dev = ifname(slot);
-        nft::hold(&self.table_of(slot), &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}")))
+        nft::hold(&self.table, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}")))
     }
 
     /// Gives the sandbox (PID 1 `pid`, uid slot `slot`) its link and applies `policy`; a
@@ -210,7 +183,7 @@ impl Net {
     fn make_link(&self, slot: u32, ns: link::Netns<'_>) -> Result<()> {
         let (host, sb) = link_addrs(slot);
         let dev = ifname(slot);
-        // The alias names the daemon that owns the link (its first table's name), for leak checks
+        // The alias names the daemon that owns the link (its table's name), for leak checks
         // on a host where several daemons run.
         link::create(&dev, ns, host, &self.table)
             .and_then(|_| link::configure_peer(ns, sb, host))
@@ -230,7 +203,7 @@ impl Net {
     pub fn apply(&self, slot: u32, policy: &Policy, first: bool) -> Result<()> {
         self.ensure()?;
         let (host, _) = link_addrs(slot);
-        nft::apply(&self.table_of(slot), &ifname(slot), &chain(slot), host, &ruleset(policy), first, self.log_group())
+        nft::apply(&self.table, &ifname(slot), &chain(slot), host, &ruleset(policy), first, self.log_group())
             .map_err(|e| Error::Internal(format!("firewall rules of {}: {e}", ifname(slot))))
     }
 
@@ -242,22 +215,19 @@ impl Net {
     pub fn detach(&self, slot: u32) {
         self.sinks.lock().unwrap_or_else(|p| p.into_inner()).remove(&slot);
         let dev = ifname(slot);
-        let table = self.table_of(slot);
-        if let Err(e) = nft::remove(&table, &dev, &chain(slot)) {
+        if let Err(e) = nft::remove(&self.table, &dev, &chain(slot)) {
             // A link made ahead and never attached has no chains: only its hold goes.
-            if let Err(h) = nft::hold(&table, &dev, false) {
+            if let Err(h) = nft::hold(&self.table, &dev, false) {
                 tracing::debug!("firewall rules of {dev}: {e}; {h}");
             }
         }
     }
 
-    /// Removes this daemon's tables (at shutdown, once its sandboxes are gone).
+    /// Removes this daemon's table (at shutdown, once its sandboxes are gone).
     pub fn teardown_table(&self) {
         if self.ready.get().is_some() {
-            for shard in 0..SHARDS {
-                if let Err(e) = nft::delete_table(&shard_table(&self.table, shard)) {
-                    tracing::warn!("{e}");
-                }
+            if let Err(e) = nft::delete_table(&self.table) {
+                tracing::warn!("{e}");
             }
         }
     }
@@ -287,7 +257,7 @@ pub fn reap_stale_tables() {
         }
     };
     for name in tables {
-        let Some(pid) = owner_pid(&name) else { continue };
+        let Some(pid) = name.strip_prefix(TABLE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             if let Err(e) = nft::delete_table(&name) {
                 tracing::warn!("stale table: {e}");
@@ -296,30 +266,9 @@ pub fn reap_stale_tables() {
     }
 }
 
-/// The pid of the Glovebox process whose table (any shard) is `name`.
-fn owner_pid(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(TABLE_PREFIX)?;
-    let (pid, shard) = rest.split_once('_').unwrap_or((rest, "0"));
-    shard.parse::<u32>().ok()?;
-    pid.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_shard_names_its_owner() {
-        let base = format!("{TABLE_PREFIX}4242");
-        assert_eq!(shard_table(&base, 0), "glovebox_4242");
-        assert_eq!(shard_table(&base, 3), "glovebox_4242_3");
-        for shard in 0..SHARDS {
-            assert_eq!(owner_pid(&shard_table(&base, shard)), Some(4242));
-        }
-        for other in ["glovebox_test_4242", "glovebox_", "glovebox_4242_x", "other_4242", "glovebox_4242_3_1"] {
-            assert_eq!(owner_pid(other), None, "{other}");
-        }
-    }
 
     #[test]
     fn link_addresses_are_disjoint_per_slot() {
