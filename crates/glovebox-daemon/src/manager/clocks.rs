@@ -145,10 +145,17 @@ impl Manager {
                 let Some(m) = weak.upgrade() else { return };
                 let live = m.registry.all();
                 drop(m);
-                for sb in live {
-                    if let Some(st) = sb.stats() {
-                        sb.meter.sample(&st);
+                // Five cgroup files per sandbox, thousands of reads with a thousand live: on
+                // a thread of the blocking pool, not on a worker the requests run on.
+                let swept = tokio::task::spawn_blocking(move || {
+                    for sb in live {
+                        if let Some(st) = sb.stats() {
+                            sb.meter.sample(&st);
+                        }
                     }
+                });
+                if let Err(e) = swept.await {
+                    tracing::debug!("usage sampler: {e}");
                 }
             }
         });

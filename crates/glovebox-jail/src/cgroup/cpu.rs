@@ -34,13 +34,16 @@ pub(super) fn validate(limits: &Limits) -> Result<(), CgroupError> {
 
 pub(super) fn apply_v1(fs: &dyn Fs, dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
     let quota = quota_us(limits.cpu_quota)?;
-    fs::write(fs, &dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
-    fs::write(fs, &dir.join("cpu.cfs_quota_us"), &quota.to_string())
+    // Each write walks every cpu cgroup on the host (the kernel checks the whole tree's
+    // bandwidth), so a create's cost would grow with the number of sandboxes: a fresh
+    // cgroup's period is already ours, and an unchanged quota is not written again.
+    fs::write_changed(fs, &dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
+    fs::write_changed(fs, &dir.join("cpu.cfs_quota_us"), &quota.to_string())
 }
 
 pub(super) fn apply_v2(fs: &dyn Fs, dir: &Path, limits: &Limits) -> Result<(), CgroupError> {
     let quota = quota_us(limits.cpu_quota)?;
-    fs::write(fs, &dir.join("cpu.max"), &format!("{quota} {PERIOD_US}"))
+    fs::write_changed(fs, &dir.join("cpu.max"), &format!("{quota} {PERIOD_US}"))
 }
 
 /// v1 `cpu.shares`: 2 is the kernel's minimum, 1024 its default.

@@ -78,6 +78,17 @@ pub(super) fn write(fs: &dyn Fs, path: &Path, value: &str) -> Result<(), CgroupE
     })
 }
 
+/// Writes `value` unless the file already holds it. For control files whose every write
+/// costs the kernel more than a read does (cpu bandwidth: each write walks every task group
+/// on the host), so that a value set before (a fresh cgroup's default, a shell made ahead)
+/// is not written again.
+pub(super) fn write_changed(fs: &dyn Fs, path: &Path, value: &str) -> Result<(), CgroupError> {
+    match std::fs::read_to_string(path) {
+        Ok(now) if now.trim() == value => Ok(()),
+        _ => write(fs, path, value),
+    }
+}
+
 /// Makes a directory that may already exist (the shared `glovebox` parents).
 pub(super) fn ensure_dir(fs: &dyn Fs, path: &Path) -> Result<(), CgroupError> {
     match fs.mkdir(path) {

@@ -330,6 +330,22 @@ mod tests {
     }
 
     #[test]
+    fn cpu_bandwidth_is_written_only_when_it_changes() {
+        // Each write of a bandwidth file walks every cpu cgroup on the host: a fresh cgroup's
+        // period and an unchanged quota are left as they are.
+        let (_tmp, fake) = setup(Opts::default());
+        let cgroup = driver(&fake).create("sb1", &LIMITS, 1234).unwrap();
+        let cpu_writes = || fake.writes().iter().filter(|(p, _)| p.to_string_lossy().contains("cpu.cfs_")).count();
+        assert_eq!(cpu_writes(), 1, "{:?}", fake.writes());
+        cgroup.set_limits(&Limits { memory_bytes: 32 * MIB, ..LIMITS }).unwrap();
+        assert_eq!(cpu_writes(), 1, "the quota did not change");
+        assert_eq!(read(dir(&fake, "memory", "sb1").join("memory.limit_in_bytes")), (32 * MIB).to_string());
+        cgroup.set_limits(&Limits { cpu_quota: 1.0, ..LIMITS }).unwrap();
+        assert_eq!(cpu_writes(), 2);
+        assert_eq!(read(dir(&fake, "cpu", "sb1").join("cpu.cfs_quota_us")), "100000");
+    }
+
+    #[test]
     fn create_fails_closed() {
         for failing in ["pids.max", "cpu.cfs_quota_us", "sb1"] {
             let (_tmp, fake) = setup(Opts::default());
