@@ -15,6 +15,8 @@ pub fn code_of(e: &std::io::Error) -> ErrorCode {
         // What the sandbox's filesystem cannot do (e.g. extended attributes under gVisor,
         // whose gofer has none): a request it must refuse, not a failure of ours.
         Some(libc::EOPNOTSUPP) => return ErrorCode::InvalidArgument,
+        // A read-only mount (the host's /usr, a read-only volume): the write is refused.
+        Some(libc::EROFS) => return ErrorCode::PermissionDenied,
         _ => {}
     }
     match e.kind() {
@@ -35,6 +37,7 @@ mod tests {
         let code = |n| code_of(&std::io::Error::from_raw_os_error(n));
         assert_eq!(code(libc::EOPNOTSUPP), ErrorCode::InvalidArgument);
         assert_eq!(code(libc::ENOSPC), ErrorCode::NoSpace);
+        assert_eq!(code(libc::EROFS), ErrorCode::PermissionDenied);
         assert_eq!(code(libc::ENOENT), ErrorCode::NotFound);
         assert_eq!(code(libc::EIO), ErrorCode::Io);
     }

@@ -7,7 +7,9 @@ Protocol (the same for the Python, Node and bash kernels):
   "env": {"K": "V"}, "scoped_env": {"K": "V"}}`` (both maps optional).  Events leave on fd 1 as JSON lines, one
   object per line, UTF-8, flushed after each line.
 * After setup (including importing the comma-separated modules in ``GLOVEBOX_PRELOAD``,
-  failures ignored) the kernel emits ``{"type": "ready", "language": "python"}``.
+  failures ignored) the kernel emits ``{"type": "ready", "language": "python"}``.  Unless a
+  request arrives within 50 ms of it, the kernel then runs a throwaway warm-up (a figure, a
+  DataFrame) before it reads the first request.
 * Each request produces, in order, events carrying its ``id``:
   ``{"type": "stdout"|"stderr", "text": ...}``,
   ``{"type": "result", "data": {mime: value}, "is_main_result": bool}``,
@@ -77,6 +79,9 @@ _SELF = __file__
 # Keep the kernel's own module alive once ``__main__`` is replaced by the user namespace.
 _SELF_MODULE = sys.modules[__name__]
 
+# How long a kernel that reported ready waits for a first request before it warms up (a cell
+# waiting for the kernel to start is sent the moment it is ready).
+_WARM_UP_AFTER = 0.05
 # How long output may wait for more before it is sent (results and ends send it at once).
 _BATCH_SECONDS = 0.02
 # Largest text of one stdout/stderr event, in bytes read.
@@ -408,14 +413,53 @@ class Kernel:
                     importlib.import_module(name)
                 except BaseException:
                     pass
+        self._freeze()
+        self._sync_output()
+        self.forward = True
+        self._send({"type": "ready", "language": "python"})
+        # The warm-up is for a kernel kept waiting (a warm pool's): a cell that is already
+        # waiting (a sandbox created for it) runs at once and pays those one-time costs itself,
+        # rather than after a throwaway figure. Never after a cell: it would reset `_`.
+        try:
+            waiting = select.select([self.requests], [], [], _WARM_UP_AFTER)[0]
+        except (OSError, ValueError):
+            waiting = True
+        if not waiting:
+            self.forward = False
+            self._warm_up()
+            self._freeze()
+            self._sync_output()
+            self.forward = True
+        while True:
+            line = self.requests.readline()
+            if not line:
+                break
+            if line.strip():
+                self._handle(line)
+        self._sync_output()
+
+    @staticmethod
+    def _freeze():
+        """Moves everything loaded so far out of the collector's view: otherwise the first
+        cell pays a full collection of the preloaded modules (~30 ms with pandas)."""
+        try:
+            import gc
+
+            gc.collect()
+            gc.freeze()
+        except BaseException:
+            pass
+
+    def _warm_up(self):
+        """Runs, output dropped, what a first analysis cell takes, so none of its one-time
+        costs land on the user's first cell."""
         if self.shell is not None:
             self._warm_up_shell()
         elif "matplotlib.pyplot" in sys.modules:
             # Render one throwaway figure: the first savefig loads fonts and the Agg
             # renderer, which would otherwise cost the user's first plot ~100 ms.
             # Exercise the same paths a first analysis cell takes (numpy statistics, a
-            # histogram with a title, PNG output, a DataFrame's HTML), so none of their
-            # one-time costs land on the user's first cell.
+            # histogram with a title, PNG output, a DataFrame's HTML).
             try:
                 import io
                 plt = sys.modules["matplotlib.pyplot"]
@@ -435,25 +479,6 @@ class Kernel:
                     pd.DataFrame({"a": [1, 2]})._repr_html_()
             except BaseException:
                 pass
-        # Move everything loaded so far out of the collector's view: otherwise the first
-        # cell pays a full collection of the preloaded modules (~30 ms with pandas).
-        try:
-            import gc
-
-            gc.collect()
-            gc.freeze()
-        except BaseException:
-            pass
-        self._sync_output()
-        self.forward = True
-        self._send({"type": "ready", "language": "python"})
-        while True:
-            line = self.requests.readline()
-            if not line:
-                break
-            if line.strip():
-                self._handle(line)
-        self._sync_output()
 
     def _warm_up_shell(self):
         """Runs throwaway cells (not counted, output dropped) through the paths a first cell
@@ -608,8 +633,42 @@ def _have_ipython():
         return False
 
 
+def _defer_ipython_terminal():
+    """``import IPython`` imports its terminal front-end (``IPython.terminal.embed``: the
+    prompt_toolkit shell, its debugger and app, about half of IPython's import time), which an
+    in-process shell never uses. A stand-in takes its place in ``sys.modules`` and loads the
+    real module the first time anything reads a name of it (``IPython.embed()``, or a user's
+    ``from IPython.terminal.embed import InteractiveShellEmbed``), so only what runs pays."""
+    name = "IPython.terminal.embed"
+    if name in sys.modules:
+        return
+    stand_in = types.ModuleType(name, "Loaded on first use (see the Glovebox python kernel).")
+
+    def real():
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        module = importlib.import_module(name)
+        # Names read later come from the real module without another lookup.
+        stand_in.__dict__.update({k: v for k, v in module.__dict__.items() if not k.startswith("__")})
+        return module
+
+    def embed(**kwargs):
+        return real().embed(**kwargs)
+
+    def getattr_(attr):
+        # The import system asks a module for `__path__` and the like: a plain module has none.
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(real(), attr)
+
+    stand_in.embed = embed
+    stand_in.__getattr__ = getattr_
+    sys.modules[name] = stand_in
+
+
 def _make_shell(kernel, main):
     """An IPython InteractiveShell whose displays, results and errors become events."""
+    _defer_ipython_terminal()
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.formatters import BaseFormatter, JSONFormatter

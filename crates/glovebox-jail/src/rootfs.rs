@@ -10,28 +10,33 @@
 //!   upper/{root,usr}    the sandbox's writes (owned by its uid 0)
 //!   work/{root,usr}     overlayfs work dirs
 //!   root/               overlay of the layers + upper/root: becomes `/`
-//!     usr/              overlay of the host /usr + upper/usr (when `host_usr`)
+//!     usr/              (when `host_usr`) the host's /usr, read-only, when the layers hold
+//!                       nothing in /usr but /usr/local ([`only_usr_local`]; template builds
+//!                       excepted); else an overlay of the layers' /usr + the host's + upper/usr
+//!       local/          then an overlay of the layers' /usr/local + the host's +
+//!                       upper/usr/local: the only writable place under /usr
 //!     dev/              small tmpfs: bind-mounted null, zero, full, random, urandom, tty
 //!     dev/shm           tmpfs capped at `shm_bytes`
 //! ```
 //!
 //! With `flat_root` (the generated skeleton is the only layer) `/` is no overlay: it is
 //! `upper/root` itself, with the skeleton's directories and symlinks made in it
-//! ([`SKEL_DIRS`], [`SKEL_LINKS`]); `/etc` (over the skeleton's, `upper/etc`) and `/usr` are
-//! overlays, and the daemon's `/opt/glovebox` a read-only bind of the skeleton's
-//! ([`SKEL_BOUND`]). A path walked from `/`, `/home` or `/tmp` then meets no overlayfs
-//! lookup or getattr (50-100 ns per `stat`, see docs/benchmarks.md); what the sandbox can
-//! write is the same but for that one read-only directory.
+//! ([`SKEL_DIRS`], [`SKEL_LINKS`]); `/etc` (over the skeleton's, `upper/etc`) is an overlay,
+//! and the daemon's `/opt/glovebox` a read-only bind of the skeleton's ([`SKEL_BOUND`]). A path
+//! walked from `/`, `/home` or `/tmp` then meets no overlayfs lookup or getattr (50-100 ns per
+//! `stat`, see docs/benchmarks.md); what the sandbox can write is the same but for that one
+//! read-only directory. Likewise a path under the host's read-only `/usr` (outside
+//! `/usr/local`), where a sandbox can no longer write.
 //!
-//! Invariants: host paths are only ever lower layers, read-only, nosuid, nodev, id-mapped so
-//! on-disk uid 0 is the sandbox's uid 0 (its own host uid), and no host directory is writable
-//! from inside. Every write lands in the tmpfs, whose size is the disk cap — except writes to
+//! Invariants: host paths are only ever lower layers or read-only binds (`/usr`), nosuid,
+//! nodev, id-mapped so on-disk uid 0 is the sandbox's uid 0 (its own host uid), and no host
+//! directory is writable from inside. Every write lands in the tmpfs, whose size is the disk cap — except writes to
 //! volumes asked for at create ([`bind_volume`]): the daemon's mounts of their own capped
 //! filesystems (never a host directory of anything else), id-mapped, nosuid, nodev too.
 
 use std::fs;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{symlink, DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::config::JailConfig;
@@ -219,15 +224,59 @@ fn build_tree(cfg: &JailConfig, userns: Option<BorrowedFd<'_>>) -> Result<PathBu
             mkdir(&target, 0o755)?;
         }
         // Layers' own /usr content (e.g. packages in /usr/local) sits above the host's.
-        let mut usr_lowers: Vec<PathBuf> = lowers.iter().map(|l| l.join("usr")).filter(|p| p.is_dir()).collect();
-        usr_lowers.push(usr_lower);
-        overlay(&usr_lowers, &upper.join("usr"), &work.join("usr"), &target)?;
+        let layer_usrs: Vec<PathBuf> = lowers.iter().map(|l| l.join("usr")).filter(|p| p.is_dir()).collect();
+        if cfg.upper_dir.is_none() && only_usr_local(&layer_usrs, &usr_lower)? {
+            // `/usr` the host's, read-only, no overlay to walk through (an overlay costs every
+            // path under it 25-40 % of a `stat`, the id-mapping 0-3 %: docs/benchmarks.md);
+            // `/usr/local`, where the layers' packages and the sandbox's own installs go, an
+            // overlay as before. The upper stays `upper/usr` (`local/` in it), as snapshots
+            // read it.
+            sys::mount(Some(&usr_lower.display().to_string()), &target, None, libc::MS_BIND | libc::MS_REC, None)
+                .ctx_at("bind", &target)?;
+            let mut local_lowers: Vec<PathBuf> =
+                layer_usrs.iter().map(|u| u.join("local")).filter(|p| p.is_dir()).collect();
+            local_lowers.push(usr_lower.join("local"));
+            // The overlay's root takes its upper's owner and mode: those the merged
+            // directory had (the top-most layer's, ids as mapped).
+            let top = fs::metadata(&local_lowers[0]).ctx_at("stat", &local_lowers[0])?;
+            let up = upper.join("usr/local");
+            mkdir(&up, top.permissions().mode() & 0o7777)?;
+            std::os::unix::fs::chown(&up, Some(top.uid()), Some(top.gid())).ctx_at("chown", &up)?;
+            overlay(&local_lowers, &up, &work.join("usr"), &target.join("local"))?;
+        } else {
+            let mut usr_lowers = layer_usrs;
+            usr_lowers.push(usr_lower);
+            overlay(&usr_lowers, &upper.join("usr"), &work.join("usr"), &target)?;
+        }
     }
 
     for v in &cfg.volumes {
         bind_volume(v, &root, r, userns)?;
     }
     Ok(root)
+}
+
+/// Whether the layers' `/usr` trees (`layer_usrs`, top-most first) hold nothing but a
+/// `local/` directory, so the sandbox's `/usr` can be the host's (`host_usr`) read-only with
+/// only `/usr/local` merged and writable: what it sees there is what the whole overlay showed.
+/// Not when a layer changed anything else in `/usr` (a file, a whiteout, an opaque `/usr` or
+/// a `local` that is no directory) or the host has no `/usr/local`.
+fn only_usr_local(layer_usrs: &[PathBuf], host_usr: &Path) -> Result<bool> {
+    if !host_usr.join("local").is_dir() {
+        return Ok(false);
+    }
+    for u in layer_usrs {
+        if sys::is_opaque_dir(u).ctx_at("getxattr", u)? {
+            return Ok(false);
+        }
+        for e in fs::read_dir(u).ctx_at("readdir", u)? {
+            let e = e.ctx_at("readdir", u)?;
+            if e.file_name() != "local" || !e.file_type().ctx_at("readdir", u)?.is_dir() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Where [`build`] makes the root: `upper/root` itself for a flat root, else the overlay's
@@ -407,7 +456,6 @@ pub fn build_host_skel(dir: &Path) -> std::io::Result<()> {
 /// `/etc/ssl` and `/etc/alternatives`). Two skeletons written from inputs that fed the same
 /// bytes (and by the same code) are the same.
 pub fn host_skel_inputs(out: &mut dyn FnMut(&[u8])) {
-    use std::os::unix::fs::MetadataExt;
     fn entry(p: &Path, out: &mut dyn FnMut(&[u8])) {
         out(p.as_os_str().as_encoded_bytes());
         let Ok(md) = fs::symlink_metadata(p) else {

@@ -55,6 +55,26 @@ pub fn mount(
     check(r).map(drop)
 }
 
+/// Whether the directory `path` (not followed if a symlink) is an overlayfs opaque directory
+/// of a layer (`trusted.overlay.opaque` = `y`): it hides what the layers below it hold there.
+pub fn is_opaque_dir(path: &Path) -> io::Result<bool> {
+    let p = cstr(path)?;
+    let mut v = [0u8; 2];
+    // SAFETY: `p` and the attribute name are NUL-terminated and live across the call; `v` is a
+    // writable buffer of the length passed, which the kernel does not keep.
+    let n = unsafe {
+        libc::lgetxattr(p.as_ptr(), c"trusted.overlay.opaque".as_ptr(), v.as_mut_ptr() as *mut libc::c_void, v.len())
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(n == 1 && v[0] == b'y')
+}
+
 pub fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
     let t = cstr(target)?;
     // SAFETY: `t` is a valid NUL-terminated string for the duration of the call.

@@ -52,14 +52,25 @@ fn privileges_are_gone() {
         assert_ne!(r["exit_code"], 0, "{what} ({script}) must fail: {r}");
     }
 
-    // /usr is the host's, under a private writable layer: writes stay in the sandbox.
+    // /usr is the host's, read-only; /usr/local is under a private writable layer: writes
+    // there stay in the sandbox.
     let name = format!("gbtest-{}", rand_token(8));
-    d.sh_ok(&id, &format!("echo x > /usr/{name} && echo y > /usr/bin/{name}"));
-    assert!(!std::path::Path::new(&format!("/usr/{name}")).exists(), "a sandbox wrote the host's /usr");
-    assert!(!std::path::Path::new(&format!("/usr/bin/{name}")).exists(), "a sandbox wrote the host's /usr/bin");
-    let r = d.sh(&id, "rm -f /usr/bin/env && test ! -e /usr/bin/env && echo gone");
+    for p in [format!("/usr/{name}"), format!("/usr/bin/{name}")] {
+        let r = d.sh(&id, &format!("echo y > {p}"));
+        assert!(r["stderr"].as_str().unwrap().contains("Read-only file system"), "{p}: {r}");
+        assert!(!std::path::Path::new(&p).exists(), "a sandbox wrote the host's {p}");
+    }
+    let r = d.sh(&id, "rm -f /usr/bin/env; test -e /usr/bin/env && echo kept");
+    assert_eq!(r["stdout"], "kept\n", "{r}");
+    d.sh_ok(&id, &format!("echo x > /usr/local/{name} && mkdir -p /usr/local/bin/{name}.d"));
+    assert!(!std::path::Path::new(&format!("/usr/local/{name}")).exists(), "a sandbox wrote the host's /usr/local");
+    assert!(
+        !std::path::Path::new(&format!("/usr/local/bin/{name}.d")).exists(),
+        "a sandbox wrote the host's /usr/local/bin"
+    );
+    let r = d.sh(&id, "rm -rf /usr/local/bin && test ! -e /usr/local/bin && echo gone");
     assert_eq!(r["stdout"], "gone\n", "{r}");
-    assert!(std::path::Path::new("/usr/bin/env").exists(), "deleting inside removed the host's file");
+    assert!(std::path::Path::new("/usr/local/bin").is_dir(), "deleting inside removed the host's /usr/local/bin");
 
     // Syscalls the seccomp allow-list refuses, called directly (a failing tool could hide a
     // success). Each must return -1.
@@ -273,6 +284,19 @@ fn sandboxes_cannot_see_each_other() {
 }
 
 /// The filesystem type of each of `points` in the sandbox's own mount table.
+/// The type of the host filesystem `path` is on (the mount with the longest matching point).
+fn host_fstype(path: &str) -> String {
+    let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let under = |point: &str| point == "/" || path == point || path.starts_with(&format!("{point}/"));
+    table
+        .lines()
+        .filter_map(|l| Some((l.split(' ').nth(4)?, l.split(" - ").nth(1)?.split(' ').next()?)))
+        .filter(|(point, _)| under(point))
+        .max_by_key(|(point, _)| point.len())
+        .map(|(_, t)| t.to_string())
+        .unwrap()
+}
+
 fn fstypes(d: &Daemon, id: &str, points: &[&str]) -> Vec<String> {
     let table = d.sh_ok(id, "cat /proc/self/mountinfo");
     points
@@ -297,9 +321,13 @@ fn the_base_root_is_the_sandbox_disk_itself_with_the_skeleton_made_in_it() {
     let d = Daemon::start();
     let id = d.create(sandbox_body(json!({ "resources": { "disk_mb": 64 } })));
 
-    // `/` is the private tmpfs (no overlay to walk through); /etc and /usr stay overlays over
-    // the skeleton's and the host's; the interpreter's kernels are the skeleton's, read-only.
-    assert_eq!(fstypes(&d, &id, &["/", "/etc", "/usr"]), ["tmpfs", "overlay", "overlay"]);
+    // `/` is the private tmpfs (no overlay to walk through); /etc stays an overlay over the
+    // skeleton's, /usr/local over the host's; /usr is the host's filesystem itself (read-only);
+    // the interpreter's kernels are the skeleton's, read-only.
+    assert_eq!(
+        fstypes(&d, &id, &["/", "/etc", "/usr", "/usr/local"]),
+        ["tmpfs", "overlay", &host_fstype("/usr"), "overlay"]
+    );
     assert!(d.sh_ok(&id, "ls /opt/glovebox/kernels").lines().count() > 0);
     let r = d.sh(&id, "echo x > /opt/glovebox/kernels/mine");
     assert!(r["stderr"].as_str().unwrap().contains("Read-only file system"), "{r}");
