@@ -409,7 +409,7 @@ fn shell_under_tmux() {
 
     // The remote exit code is the CLI's.
     tmux.literal("exit 5\n");
-    let code = poll(WAIT, Duration::from_millis(100), || std::fs::read_to_string(&status).ok());
+    let code = poll(WAIT, Duration::from_millis(100), || exit_status(&status));
     assert_eq!(code.as_deref().map(str::trim), Some("5"), "screen:\n{}", tmux.screen());
     assert!(tmux.alive());
     // The user's terminal is back in cooked mode: a line typed now is echoed by the pane's
@@ -442,7 +442,7 @@ fn shell_restores_the_terminal_when_the_sandbox_ends() {
     // as it found it.
     let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert!(st == 200 || st == 204, "{st} {v}");
-    let code = poll(WAIT, Duration::from_millis(100), || std::fs::read_to_string(&status).ok());
+    let code = poll(WAIT, Duration::from_millis(100), || exit_status(&status));
     assert_eq!(code.as_deref().map(str::trim), Some("125"), "screen:\n{}", tmux.screen());
     let err = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert!(err.contains("sandbox_gone"), "{err}");
@@ -472,4 +472,10 @@ fn shell_without_a_terminal() {
     assert_eq!(o.code(), Some(125), "{}", o.stderr_str());
     assert!(o.stderr_str().contains("sandbox_not_found"), "{}", o.stderr_str());
     d.shutdown_and_check_leaks();
+}
+
+/// The exit status the pane's shell wrote with `echo $? > file`, once the whole line is there:
+/// the redirection creates the file before `echo` writes to it, so an empty read is "not yet".
+fn exit_status(path: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(path).ok().filter(|s| s.ends_with('\n'))
 }
