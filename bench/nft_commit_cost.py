@@ -8,36 +8,13 @@ The wall times include libnftables re-reading the table before each command (gro
 for the kernel's share, pass a third argument, which prints "ready" before the timed commits
 of each K and waits 1.5 s, and attach `perf record -g -p PID` then (docs/benchmarks.md, "Shards
 made as needed"). Needs root and python3-nftables (Debian: apt-get install python3-nftables)."""
-import statistics, sys, time, nftables
+import os, statistics, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nft_table import base, nft, run  # noqa: E402
 
 T = "glovebox_cc_test"
-nft = nftables.Nftables()
-
-def run(cmd):
-    rc, out, err = nft.cmd(cmd)
-    if rc != 0:
-        raise SystemExit(f"nft: {err}\n{cmd[:400]}")
-
-BASE = f"""
-add table inet {T}
-add set inet {T} ifaces {{ type ifname; }}
-add map inet {T} out {{ type ifname : verdict; }}
-add map inet {T} in {{ type ifname : verdict; }}
-add map inet {T} nat {{ type ifname : verdict; }}
-add chain inet {T} prerouting {{ type nat hook prerouting priority -100; }}
-add chain inet {T} forward {{ type filter hook forward priority 0; }}
-add chain inet {T} input {{ type filter hook input priority 0; }}
-add chain inet {T} postrouting {{ type nat hook postrouting priority 100; }}
-add rule inet {T} prerouting iifname @ifaces iifname vmap @nat
-add rule inet {T} forward iifname @ifaces iifname vmap @out
-add rule inet {T} forward iifname @ifaces drop
-add rule inet {T} forward oifname @ifaces ct state established,related accept
-add rule inet {T} forward oifname @ifaces drop
-add rule inet {T} input iifname @ifaces ct state established,related accept
-add rule inet {T} input iifname @ifaces iifname vmap @in
-add rule inet {T} input iifname @ifaces drop
-add rule inet {T} postrouting iifname @ifaces oifname != @ifaces masquerade
-"""
+BASE = base(T)
 
 def sandbox(i, add=True):
     c, dev = f"sb{i}", f"gbcc{i}"

@@ -2,40 +2,16 @@
 """bench/nft_rtt.py [ROUNDS]: host loopback TCP round trip (C ping-pong, 20,000 round trips, p50) with n copies of the
 daemon's base table (as nft::create_table makes it; `ret`: with the early return first in
 forward and input), interleaved rounds. Tables glovebox_rt_test_*. Needs root, cc and python3-nftables."""
-import os, subprocess, sys, tempfile, nftables, statistics
-nft = nftables.Nftables()
-def run(c):
-    rc, o, e = nft.cmd(c)
-    if rc: raise SystemExit(e)
-def base(T, ret):
-    r = f"""
-add table inet {T}
-add set inet {T} ifaces {{ type ifname; }}
-add map inet {T} out {{ type ifname : verdict; }}
-add map inet {T} in {{ type ifname : verdict; }}
-add map inet {T} nat {{ type ifname : verdict; }}
-add chain inet {T} prerouting {{ type nat hook prerouting priority -100; }}
-add chain inet {T} forward {{ type filter hook forward priority 0; }}
-add chain inet {T} input {{ type filter hook input priority 0; }}
-add chain inet {T} postrouting {{ type nat hook postrouting priority 100; }}
-add rule inet {T} prerouting iifname @ifaces iifname vmap @nat
-"""
-    if ret:
-        r += f"add rule inet {T} forward iifname != @ifaces oifname != @ifaces return\n"
-    r += f"""add rule inet {T} forward iifname @ifaces iifname vmap @out
-add rule inet {T} forward iifname @ifaces drop
-add rule inet {T} forward oifname @ifaces ct state established,related accept
-add rule inet {T} forward oifname @ifaces drop
-"""
-    if ret:
-        r += f"add rule inet {T} input iifname != @ifaces return\n"
-    r += f"""add rule inet {T} input iifname @ifaces ct state established,related accept
-add rule inet {T} input iifname @ifaces iifname vmap @in
-add rule inet {T} input iifname @ifaces drop
-add rule inet {T} postrouting iifname @ifaces oifname != @ifaces masquerade
-add element inet {T} ifaces {{ "gbrt0" }}
-"""
-    return r
+import os, statistics, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nft_table import base as base_table, nft, run  # noqa: E402
+
+
+def base(t, ret):
+    return base_table(t, ret) + f'add element inet {t} ifaces {{ "gbrt0" }}\n'
+
+
 def clear():
     for i in range(64):
         nft.cmd(f"delete table inet glovebox_rt_test_{i}")

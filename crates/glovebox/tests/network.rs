@@ -426,8 +426,9 @@ fn tables_of(pid: u32) -> Vec<String> {
 
 /// The links in table `table`'s `ifaces` set (each of the daemon's links is in one table).
 fn links_in(table: &str) -> usize {
-    let out = run_bounded(Command::new("nft").args(["list", "set", "inet", table, "ifaces"]), None, Duration::from_secs(5))
-        .stdout_str();
+    let out =
+        run_bounded(Command::new("nft").args(["list", "set", "inet", table, "ifaces"]), None, Duration::from_secs(5))
+            .stdout_str();
     out.matches("\"gb").count()
 }
 

@@ -100,7 +100,7 @@ impl Shards {
         while self.links.len() > 1 && self.links.last() == Some(&0) {
             let held: usize = self.links.iter().sum();
             let room = (self.links.len() - 1) * self.cap;
-            if room - held < self.cap / 4 {
+            if room.saturating_sub(held) < self.cap / 4 {
                 break;
             }
             self.links.pop();
