@@ -51,7 +51,7 @@ const TABLE_PREFIX: &str = "glovebox_";
 /// chains, so a table more costs every host packet a little (measured in docs/benchmarks.md,
 /// "Shards made as needed"). A daemon with up to this many links has one table, as it
 /// always had; past it, a sandbox's commit validates at most this many links' chains.
-/// `GLOVEBOX_SHARD_LINKS` sets it lower (for tests that fill several shards with few links).
+/// `GLOVEBOX_SHARD_LINKS` sets another (tests fill several shards with a few links).
 const SHARD_LINKS: usize = 64;
 
 /// The name of shard `shard` of the tables named `base` (shard 0 is `base` itself).
