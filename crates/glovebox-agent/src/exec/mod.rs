@@ -57,6 +57,8 @@ struct Inner {
     /// Empty command cgroups ready for reuse.
     free_cgroups: Mutex<Vec<PathBuf>>,
     refilling: std::sync::atomic::AtomicBool,
+    /// Whether a command has started (spares kept: `SPARES`, else `SPARES_AT_BOOT`).
+    busy: std::sync::atomic::AtomicBool,
     /// When the last foreground command's result went out (see `REFILL_QUIET`).
     last_end: Mutex<Instant>,
     /// The spares' zygote (see `zygote`); `None` until first needed, and after it failed.
@@ -76,8 +78,15 @@ struct Reaper {
     early: HashMap<i32, rustix::process::WaitStatus>,
 }
 
-/// Spares kept ready (see `spare`): enough for a burst of commands.
+/// Spares kept ready (see `spare`) once a command has run: enough for a burst of commands.
 const SPARES: usize = 2;
+
+/// Spares made ready at boot, before any command: one, for the first command. Each process
+/// a sandbox keeps is a task on the host, and the kernel's `pivot_root` (every sandbox's
+/// create) visits every task on the host: a sandbox nobody runs a command in costs every
+/// later create a little less with one spare than with two (docs/benchmarks.md, "Shards made
+/// as needed, and fewer tasks per sandbox"). The second comes with the first command's refill.
+const SPARES_AT_BOOT: usize = 1;
 
 /// How long a foreground command runs before its spare's replacement is made beside it.
 const REFILL_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
@@ -208,6 +217,7 @@ impl Exec {
             spare: Mutex::new(Vec::new()),
             free_cgroups: Mutex::new(Vec::new()),
             refilling: std::sync::atomic::AtomicBool::new(false),
+            busy: std::sync::atomic::AtomicBool::new(false),
             // The first command follows no other.
             last_end: Mutex::new(Instant::now().checked_sub(BACK_TO_BACK).unwrap_or_else(Instant::now)),
             zygote_starts: std::sync::atomic::AtomicU32::new(u32::from(zygote.is_some())),
@@ -230,7 +240,7 @@ impl Exec {
         if let Some(pid) = zygote_pid {
             exec.reap_and_forget(pid);
         }
-        exec.refill();
+        exec.refill_at_boot();
         Ok(exec)
     }
 
@@ -354,6 +364,7 @@ impl Exec {
             return Err(SpawnError::Reply(ErrorCode::InvalidArgument, "that uid is reserved for the agent".into()));
         }
         self.evict();
+        self.0.busy.store(true, Ordering::Relaxed);
         let cwd = spec.cwd.clone().unwrap_or_else(|| self.0.home.clone());
         let uid = spec.uid.unwrap_or(0);
         let env = self.env_for(&spec, uid);

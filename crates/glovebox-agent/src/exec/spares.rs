@@ -76,31 +76,60 @@ impl Exec {
         lock(&self.0.spare).pop()
     }
 
+    /// How many spares to keep ready: fewer before the first command (see `SPARES_AT_BOOT`).
+    fn spares_wanted(&self) -> usize {
+        if self.0.busy.load(Ordering::Relaxed) {
+            SPARES
+        } else {
+            SPARES_AT_BOOT
+        }
+    }
+
     /// Starts a background refill of the spare slot, unless one is under way.
     pub(super) fn refill(&self) {
         if self.0.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
         let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            // Back-to-back cgroup migrations share one RCU grace period, so topping up
-            // several spares in a row costs little more than one.
-            while {
-                for d in this.prune_spares() {
-                    let _ = glovebox_jail::cgroup::remove_tree(&d);
-                }
-                lock(&this.0.spare).len() < SPARES
-            } {
-                match this.make_spare() {
-                    Ok(sp) => lock(&this.0.spare).push(sp),
-                    Err(e) => {
-                        eprintln!("agent: spare: {e}");
-                        break;
-                    }
+        tokio::task::spawn_blocking(move || this.top_up());
+    }
+
+    /// The first refill, at boot: on a thread of its own that ends with it. On the runtime's
+    /// blocking pool the thread would stay, idle, for the pool's keep-alive (10 s): a task on
+    /// the host for every sandbox made in the last 10 s, which every create's `pivot_root`
+    /// visits (see `SPARES_AT_BOOT`).
+    pub(super) fn refill_at_boot(&self) {
+        if self.0.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        let spawned = std::thread::Builder::new().name("refill".into()).spawn(move || this.top_up());
+        if let Err(e) = spawned {
+            eprintln!("agent: refill thread: {e}");
+            self.0.refilling.store(false, Ordering::Release);
+            self.refill();
+        }
+    }
+
+    /// Blocking: makes spares until there are as many as wanted (the refill under way).
+    fn top_up(&self) {
+        // Back-to-back cgroup migrations share one RCU grace period, so topping up
+        // several spares in a row costs little more than one.
+        while {
+            for d in self.prune_spares() {
+                let _ = glovebox_jail::cgroup::remove_tree(&d);
+            }
+            lock(&self.0.spare).len() < self.spares_wanted()
+        } {
+            match self.make_spare() {
+                Ok(sp) => lock(&self.0.spare).push(sp),
+                Err(e) => {
+                    eprintln!("agent: spare: {e}");
+                    break;
                 }
             }
-            this.0.refilling.store(false, Ordering::Release);
-        });
+        }
+        self.0.refilling.store(false, Ordering::Release);
     }
 
     /// Blocking: spawns a spare, moves it into a fresh command cgroup.

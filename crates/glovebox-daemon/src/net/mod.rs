@@ -6,7 +6,8 @@
 //! A sandbox whose policy is not `deny-all` gets a veth pair: `gb<slot>` in the host's
 //! namespace, `eth0` in the sandbox's, a /30 of the sandbox network per uid slot (host .1,
 //! sandbox .2), a default route via the host end. Every packet the sandbox sends crosses the
-//! daemon's `inet glovebox_<pid>` table, where the sandbox's own chain applies its
+//! daemon's `inet glovebox_<pid>` table (or one of its shards, made as links pile up: see
+//! [`SHARD_LINKS`]), where the sandbox's own chain applies its
 //! `Ruleset` (deny rules, then allow rules, then the always-denied ranges, then allow-all)
 //! and rejects the rest (TCP with a reset, so connections the policy no longer allows close
 //! at once). Traffic to the host itself is limited to the sandbox's resolver and proxy;
@@ -38,10 +39,76 @@ pub use ruleset::{ruleset, Ruleset};
 pub type Sink = Arc<dyn Fn(&Logged) + Send + Sync>;
 type Sinks = Mutex<HashMap<u32, Sink>>;
 
-/// Tables are per daemon process (`glovebox_<pid>`): each handles only the interfaces in its
-/// own `ifaces` set, so several Glovebox processes on a host never drop each other's traffic,
-/// and a daemon's exit can remove its table.
+/// Tables are per daemon process (`glovebox_<pid>`, and its shards `glovebox_<pid>_<n>`):
+/// each handles only the interfaces in its own `ifaces` set, so several Glovebox processes on
+/// a host never drop each other's traffic, and a daemon's exit can remove its tables.
 const TABLE_PREFIX: &str = "glovebox_";
+
+/// Links a table holds before the next one (a shard) is made. The kernel validates a whole
+/// table (every chain its verdict maps jump to) on each commit that adds a jump or a verdict,
+/// so with one table every allow-list create or policy update cost more with each sandbox
+/// linked before it; but every packet the host receives or forwards passes each table's base
+/// chains, so a table more costs every host packet a little (measured in docs/benchmarks.md,
+/// "Shards made as needed"). A daemon with up to this many links has one table, as it
+/// always had; past it, a sandbox's commit validates at most this many links' chains.
+/// `GLOVEBOX_SHARD_LINKS` sets another (tests fill several shards with a few links).
+const SHARD_LINKS: usize = 64;
+
+/// The name of shard `shard` of the tables named `base` (shard 0 is `base` itself).
+fn shard_table(base: &str, shard: usize) -> String {
+    match shard {
+        0 => base.to_string(),
+        n => format!("{base}_{n}"),
+    }
+}
+
+/// Which shard holds each linked slot's hold and chains, and how many each holds; a table
+/// exists for every entry of `links`.
+struct Shards {
+    links: Vec<usize>,
+    of: HashMap<u32, usize>,
+    /// Links per shard ([`SHARD_LINKS`]).
+    cap: usize,
+}
+
+impl Shards {
+    /// One table (shard 0, made with the daemon's first link), `cap` links to a shard.
+    fn new(cap: usize) -> Shards {
+        Shards { links: vec![0], of: HashMap::new(), cap: cap.max(1) }
+    }
+
+    /// The shard slot `slot` goes to: its own if placed already, else the first with room,
+    /// else `None` (a shard must be made: it will be `self.links.len()`).
+    fn pick(&self, slot: u32) -> Option<usize> {
+        self.of.get(&slot).copied().or_else(|| self.links.iter().position(|n| *n < self.cap))
+    }
+
+    fn place(&mut self, slot: u32, shard: usize) {
+        if self.of.insert(slot, shard).is_none() {
+            self.links[shard] += 1;
+        }
+    }
+
+    /// Forgets slot `slot`; returns the shards past the first that may go now: the last ones,
+    /// empty, while those before them keep a quarter of a shard's room free (so a daemon
+    /// hovering at a shard's edge does not make and drop a table on every create).
+    fn release(&mut self, slot: u32) -> Vec<usize> {
+        if let Some(s) = self.of.remove(&slot) {
+            self.links[s] -= 1;
+        }
+        let mut gone = Vec::new();
+        while self.links.len() > 1 && self.links.last() == Some(&0) {
+            let held: usize = self.links.iter().sum();
+            let room = (self.links.len() - 1) * self.cap;
+            if room.saturating_sub(held) < self.cap / 4 {
+                break;
+            }
+            self.links.pop();
+            gone.push(self.links.len());
+        }
+        gone
+    }
+}
 
 /// The sandbox network: 10.213.0.0/16, one /30 per uid slot (16,384 slots).
 pub fn link_addrs(slot: u32) -> (Ipv4Addr, Ipv4Addr) {
@@ -68,7 +135,9 @@ fn slot_of(a: Ipv4Addr) -> Option<u32> {
 
 /// The host-side firewall and forwarding, set up on first use.
 pub struct Net {
+    /// The first table's name; the shards' are made from it ([`shard_table`]).
     table: String,
+    shards: Mutex<Shards>,
     ready: OnceLock<std::result::Result<(), String>>,
     /// The netlink log group this daemon's rules log to (`None`: no packet audit on this
     /// host, e.g. without nfnetlink_log), and who hears of each sandbox's packets.
@@ -86,6 +155,9 @@ impl Net {
     pub fn new() -> Net {
         Net {
             table: format!("{TABLE_PREFIX}{}", std::process::id()),
+            shards: Mutex::new(Shards::new(
+                std::env::var("GLOVEBOX_SHARD_LINKS").ok().and_then(|v| v.parse().ok()).unwrap_or(SHARD_LINKS),
+            )),
             ready: OnceLock::new(),
             log: OnceLock::new(),
             sinks: Arc::default(),
@@ -100,6 +172,25 @@ impl Net {
             std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|e| format!("enable IPv4 forwarding: {e}"))
         });
         r.clone().map_err(Error::Unavailable)
+    }
+
+    /// The table that holds slot `slot`'s hold and chains: its own if it has one, else the
+    /// first with room, made if none has.
+    fn place(&self, slot: u32) -> Result<String> {
+        self.ensure()?;
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let shard = match shards.pick(slot) {
+            Some(s) => s,
+            None => {
+                let s = shards.links.len();
+                let table = shard_table(&self.table, s);
+                nft::create_table(&table).map_err(|e| Error::Unavailable(format!("firewall table {table}: {e}")))?;
+                shards.links.push(0);
+                s
+            }
+        };
+        shards.place(slot, shard);
+        Ok(shard_table(&self.table, shard))
     }
 
     /// Binds a log group and reads it on a thread of its own, handing each packet to the
@@ -158,7 +249,8 @@ impl Net {
         self.ensure()?;
         let dev = ifname(slot);
         self.make_link(slot, link::Netns::Fd(ns))
-            .and_then(|_| nft::hold(&self.table, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}"))))
+            .and_then(|_| self.place(slot))
+            .and_then(|t| nft::hold(&t, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}"))))
             .inspect_err(|_| self.cut(slot))
     }
 
@@ -166,9 +258,11 @@ impl Net {
     /// daemon's base chains drop everything it sends until [`Net::attach`] gives it rules. For
     /// a sandbox whose link cannot be made again (gVisor's netstack owns it from its start).
     pub fn hold_stale(&self, slot: u32) -> Result<()> {
-        self.ensure()?;
         let dev = ifname(slot);
-        nft::hold(&self.table, &dev, true).map_err(|e| Error::Internal(format!("hold {dev}: {e}")))
+        let table = self.place(slot)?;
+        nft::hold(&table, &dev, true)
+            .map_err(|e| Error::Internal(format!("hold {dev}: {e}")))
+            .inspect_err(|_| self.detach(slot))
     }
 
     /// Gives the sandbox (PID 1 `pid`, uid slot `slot`) its link and applies `policy`; a
@@ -183,7 +277,7 @@ impl Net {
     fn make_link(&self, slot: u32, ns: link::Netns<'_>) -> Result<()> {
         let (host, sb) = link_addrs(slot);
         let dev = ifname(slot);
-        // The alias names the daemon that owns the link (its table's name), for leak checks
+        // The alias names the daemon that owns the link (its first table's name), for leak checks
         // on a host where several daemons run.
         link::create(&dev, ns, host, &self.table)
             .and_then(|_| link::configure_peer(ns, sb, host))
@@ -201,9 +295,9 @@ impl Net {
 
     /// Replaces the sandbox's rules atomically (one nf_tables transaction).
     pub fn apply(&self, slot: u32, policy: &Policy, first: bool) -> Result<()> {
-        self.ensure()?;
+        let table = self.place(slot)?;
         let (host, _) = link_addrs(slot);
-        nft::apply(&self.table, &ifname(slot), &chain(slot), host, &ruleset(policy), first, self.log_group())
+        nft::apply(&table, &ifname(slot), &chain(slot), host, &ruleset(policy), first, self.log_group())
             .map_err(|e| Error::Internal(format!("firewall rules of {}: {e}", ifname(slot))))
     }
 
@@ -215,19 +309,34 @@ impl Net {
     pub fn detach(&self, slot: u32) {
         self.sinks.lock().unwrap_or_else(|p| p.into_inner()).remove(&slot);
         let dev = ifname(slot);
-        if let Err(e) = nft::remove(&self.table, &dev, &chain(slot)) {
+        // A slot in no shard has nothing in any table (its link failed before its hold). Its
+        // shard stays while the slot is counted in it, so the lock need not be held meanwhile.
+        let Some(shard) = self.shards.lock().unwrap_or_else(|p| p.into_inner()).of.get(&slot).copied() else {
+            return;
+        };
+        let table = shard_table(&self.table, shard);
+        if let Err(e) = nft::remove(&table, &dev, &chain(slot)) {
             // A link made ahead and never attached has no chains: only its hold goes.
-            if let Err(h) = nft::hold(&self.table, &dev, false) {
+            if let Err(h) = nft::hold(&table, &dev, false) {
                 tracing::debug!("firewall rules of {dev}: {e}; {h}");
+            }
+        }
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        for s in shards.release(slot) {
+            if let Err(e) = nft::delete_table(&shard_table(&self.table, s)) {
+                tracing::warn!("{e}");
             }
         }
     }
 
-    /// Removes this daemon's table (at shutdown, once its sandboxes are gone).
+    /// Removes this daemon's tables (at shutdown, once its sandboxes are gone).
     pub fn teardown_table(&self) {
         if self.ready.get().is_some() {
-            if let Err(e) = nft::delete_table(&self.table) {
-                tracing::warn!("{e}");
+            let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner()).links.len();
+            for s in 0..shards {
+                if let Err(e) = nft::delete_table(&shard_table(&self.table, s)) {
+                    tracing::warn!("{e}");
+                }
             }
         }
     }
@@ -257,7 +366,7 @@ pub fn reap_stale_tables() {
         }
     };
     for name in tables {
-        let Some(pid) = name.strip_prefix(TABLE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = owner_pid(&name) else { continue };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             if let Err(e) = nft::delete_table(&name) {
                 tracing::warn!("stale table: {e}");
@@ -266,9 +375,82 @@ pub fn reap_stale_tables() {
     }
 }
 
+/// The pid of the Glovebox process whose table (any shard) is `name`.
+fn owner_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(TABLE_PREFIX)?;
+    let (pid, shard) = rest.split_once('_').unwrap_or((rest, "0"));
+    shard.parse::<u32>().ok()?;
+    pid.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shard_names_its_owner() {
+        let base = format!("{TABLE_PREFIX}4242");
+        assert_eq!(shard_table(&base, 0), "glovebox_4242");
+        assert_eq!(shard_table(&base, 3), "glovebox_4242_3");
+        for shard in 0..20 {
+            assert_eq!(owner_pid(&shard_table(&base, shard)), Some(4242));
+        }
+        for other in ["glovebox_test_4242", "glovebox_", "glovebox_4242_x", "other_4242", "glovebox_4242_3_1"] {
+            assert_eq!(owner_pid(other), None, "{other}");
+        }
+    }
+
+    /// Places `n` more slots from `from` as `Net::place` does (making a shard when all are
+    /// full); returns the shard each went to.
+    fn fill(s: &mut Shards, from: u32, n: u32) -> Vec<usize> {
+        (from..from + n)
+            .map(|slot| {
+                let shard = s.pick(slot).unwrap_or_else(|| {
+                    s.links.push(0);
+                    s.links.len() - 1
+                });
+                s.place(slot, shard);
+                shard
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_table_until_it_is_full_then_shards_in_turn() {
+        let mut s = Shards::new(SHARD_LINKS);
+        let n = SHARD_LINKS as u32;
+        assert!(fill(&mut s, 0, n).iter().all(|&t| t == 0), "the first table takes the first {n}");
+        assert_eq!(s.links, [SHARD_LINKS]);
+        assert_eq!(fill(&mut s, n, 1), [1]);
+        // A slot placed again stays where it is, counted once.
+        assert_eq!(s.pick(3), Some(0));
+        s.place(n, 1);
+        assert_eq!(s.links, [SHARD_LINKS, 1]);
+        // A freed place in an earlier table is taken before a later one's.
+        assert!(s.release(5).is_empty(), "shard 1 still holds a link");
+        assert_eq!(fill(&mut s, 10_000, 1), [0]);
+    }
+
+    #[test]
+    fn an_emptied_last_shard_goes_once_the_others_have_room() {
+        let mut s = Shards::new(SHARD_LINKS);
+        let n = SHARD_LINKS as u32;
+        fill(&mut s, 0, n + 1);
+        // Shard 1 emptied while shard 0 is full: kept (the next create would make it again).
+        assert!(s.release(n).is_empty());
+        assert_eq!(s.links, [SHARD_LINKS, 0]);
+        // Shard 0 with a quarter of its room free: the empty shard goes.
+        for slot in 0..n / 4 - 1 {
+            assert!(s.release(slot).is_empty(), "slot {slot}");
+        }
+        assert_eq!(s.release(n / 4 - 1), [1]);
+        assert_eq!(s.links, [SHARD_LINKS - SHARD_LINKS / 4]);
+        // The first table is never dropped here, nor a slot counted twice.
+        for slot in 0..n + 1 {
+            assert!(s.release(slot).is_empty());
+        }
+        assert_eq!(s.links, [0]);
+    }
 
     #[test]
     fn link_addresses_are_disjoint_per_slot() {

@@ -2,7 +2,7 @@
 //! programmed in process as batches. A batch is one kernel transaction: a sandbox's rules
 //! are replaced all at once or not at all.
 //!
-//! The table (`inet glovebox_<pid>`), as `nft list` shows it:
+//! A table (`inet glovebox_<pid>`, and each of its shards), as `nft list` shows it:
 //! - set `ifaces` (this daemon's links), verdict maps `out`, `in`, `nat` (link → its chain);
 //! - `prerouting` (nat): own links jump to their `sbN_nat` (redirect to the proxy);
 //! - `forward` (filter): own links jump to their `sbN`, which always ends in a verdict;
@@ -10,6 +10,10 @@
 //! - `input` (filter): from own links, replies pass, then `sbN_in` (the host end's
 //!   services), then drop;
 //! - `postrouting` (nat): own links' traffic leaving by another interface is masqueraded.
+//!
+//! `forward` and `input` first let by (return) a packet that has no own link in it: a daemon
+//! may have several such tables (`net::SHARD_LINKS`), and every packet on the host passes each;
+//! one that neither comes from nor goes to a sandbox does fewer lookups so.
 
 use std::net::Ipv4Addr;
 
@@ -509,16 +513,21 @@ pub fn create_table(table: &str) -> Result<(), NlError> {
     let then =
         |a: &[Expr<'static>], b: &[Expr<'static>]| -> Vec<Expr<'static>> { a.iter().chain(b).cloned().collect() };
     let drop = [Expr::Verdict(NF_DROP, None)];
+    // A packet passes every shard's base chains (see `net::SHARD_LINKS`): one that neither comes
+    // from nor goes to a link of this table leaves each chain after one or two set lookups.
+    let not_in = |meta| [Expr::Meta(meta), Expr::Lookup { set: "ifaces", invert: true, verdict: false }];
+    let pass = [Expr::Verdict(NFT_RETURN, None)];
     tx.rule("prerouting", &then(&iifname_in("ifaces"), &vmap("nat")));
+    tx.rule("forward", &then(&not_in(NFT_META_IIFNAME), &then(&not_in(NFT_META_OIFNAME), &pass)));
     tx.rule("forward", &then(&iifname_in("ifaces"), &vmap("out")));
     tx.rule("forward", &then(&iifname_in("ifaces"), &drop));
     tx.rule("forward", &then(&oifname_in, &established));
     tx.rule("forward", &then(&oifname_in, &drop));
+    tx.rule("input", &then(&not_in(NFT_META_IIFNAME), &pass));
     tx.rule("input", &then(&iifname_in("ifaces"), &established));
     tx.rule("input", &then(&iifname_in("ifaces"), &vmap("in")));
     tx.rule("input", &then(&iifname_in("ifaces"), &drop));
-    let not_own = [Expr::Meta(NFT_META_OIFNAME), Expr::Lookup { set: "ifaces", invert: true, verdict: false }];
-    tx.rule("postrouting", &then(&iifname_in("ifaces"), &then(&not_own, &[Expr::Masquerade])));
+    tx.rule("postrouting", &then(&iifname_in("ifaces"), &then(&not_in(NFT_META_OIFNAME), &[Expr::Masquerade])));
     tx.commit()
 }
 

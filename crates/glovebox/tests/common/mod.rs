@@ -538,6 +538,8 @@ thread_local! {
     static NO_TEMPLATES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Start the daemon with a router-facing listener (`--router-listen`) too.
     static ROUTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Start the daemon with this many links to an nf_tables table (`GLOVEBOX_SHARD_LINKS`).
+    static SHARD_LINKS: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
     /// Shell commands run before the daemon is exec'd (empty: it is started directly).
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
     /// The daemon's default isolation, if not [`test_isolation`].
@@ -613,6 +615,15 @@ impl Daemon {
         d
     }
 
+    /// A daemon that makes a new nf_tables table (a shard) every `n` linked sandboxes,
+    /// instead of every 64.
+    pub fn start_with_shard_links(n: usize) -> Daemon {
+        SHARD_LINKS.with(|k| k.set(Some(n)));
+        let d = Daemon::start();
+        SHARD_LINKS.with(|k| k.set(None));
+        d
+    }
+
     fn spawn(
         dir: tempfile::TempDir,
         logs: tempfile::TempDir,
@@ -642,6 +653,9 @@ impl Daemon {
             } else {
                 Command::new(&bin)
             };
+            if let Some(n) = SHARD_LINKS.with(|k| k.get()) {
+                command.env("GLOVEBOX_SHARD_LINKS", n.to_string());
+            }
             if NO_TEMPLATES.with(|k| k.get()) {
                 command.env("GLOVEBOX_TEMPLATES_DIR", data_dir.join("no-prebuilt-templates"));
             }

@@ -185,11 +185,14 @@ pub fn links_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
-/// Whether daemon `pid` has its nft table, with `nft list tables` for the message.
+/// Whether daemon `pid` has any of its nft tables (`glovebox_<pid>` and its shards
+/// `glovebox_<pid>_<n>`), with `nft list tables` for the message.
 pub fn has_table(pid: u32) -> (bool, String) {
     let tables = run_bounded(Command::new("nft").args(["list", "tables"]), None, Duration::from_secs(5)).stdout_str();
     let owner = format!("table inet glovebox_{pid}");
-    (tables.lines().any(|l| l.trim() == owner), tables)
+    let shard = format!("{owner}_");
+    let owned = |l: &str| l == owner || l.strip_prefix(&shard).is_some_and(|n| n.parse::<u32>().is_ok());
+    (tables.lines().any(|l| owned(l.trim())), tables)
 }
 
 /// Nothing of the daemon `pid`'s networking is left: no link it made, no nft table.
