@@ -7,7 +7,7 @@ K sandboxes' chains, then R timed commits that add one more sandbox's chains + m
 The wall times include libnftables re-reading the table before each command (growing with K):
 for the kernel's share, pass a third argument, which prints "ready" before the timed commits
 of each K and waits 1.5 s, and attach `perf record -g -p PID` then (docs/benchmarks.md, "Shards
-made as needed"). Needs root and python3-nftables (Debian: apt-get install python3-nftables)."""
+made as needed"). Needs root (python3-nftables: see bench/nft_table.py)."""
 import os, statistics, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/nft_rtt.py [ROUNDS]: host loopback TCP round trip (C ping-pong, 20,000 round trips, p50) with n copies of the
 daemon's base table (as nft::create_table makes it; `ret`: with the early return first in
-forward and input), interleaved rounds. Tables glovebox_rt_test_*. Needs root, cc and python3-nftables."""
+forward and input), interleaved rounds. Tables glovebox_rt_test_*. Needs root and cc (python3-nftables: see bench/nft_table.py)."""
 import os, statistics, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,6 +1,16 @@
 """The daemon's base table as `nft` commands (what `net::nft::create_table` makes), for
-bench/nft_rtt.py and bench/nft_commit_cost.py. Needs python3-nftables."""
-import nftables
+bench/nft_rtt.py and bench/nft_commit_cost.py. Uses python3-nftables (libnftables in process, so a
+commit's time is not a process start's), installed from Debian here when missing."""
+import subprocess
+import sys
+
+try:
+    import nftables
+except ImportError:
+    print("bench: installing python3-nftables (Debian) for the nft tools", file=sys.stderr)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "python3-nftables"], check=True,
+                   stdout=subprocess.DEVNULL)
+    import nftables
 
 nft = nftables.Nftables()
 
