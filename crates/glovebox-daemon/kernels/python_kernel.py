@@ -950,6 +950,216 @@ def _describe(exc):
     return {"name": type(exc).__name__, "value": value, "traceback": tb}
 
 
+# ---- the zygote ---------------------------------------------------------------------------
+#
+# ``python_kernel.py --zygote``: one process per tenant and template (started by the daemon
+# through ``glovebox-agent kernel-zygote``: a host uid of its own, its own namespaces, the
+# template's root read-only, no network, no capability) that imports what the kernel
+# preloads once, then forks one child per new sandbox. The children share the imported
+# libraries' pages with it (copy-on-write), so a sandbox pays only for what its kernel
+# changes. A child ends up exactly as confined as a kernel the agent starts:
+#
+#   zygote ──fork──▶ C: reports its pid (SCM_CREDENTIALS), unshare(CLONE_NEWUSER), says "u";
+#                       host root writes the new namespace's maps (the sandbox's uid slot)
+#                       and builds the sandbox inside it; C is moved into the sandbox's
+#                       cgroups, gets its namespaces' fds and the kernel's stdio, joins
+#                       them (mount last), forks K into its PID namespace, exits
+#                    K: new session, stdio, reports its pid, closes every other fd, the
+#                       sandbox's uid/gid, securebits locked, every capability dropped,
+#                       no_new_privs, the seccomp filters it was given; then the kernel
+#
+# K is reparented to the sandbox's PID 1 (the agent), which reaps it. Control protocol, one
+# datagram each, on a SOCK_SEQPACKET pair per child (its end sent with "F" on fd 3).
+
+_CLONE_NEWUSER = 0x10000000
+_NS_FLAGS = {
+    "cgroup": 0x02000000, "ipc": 0x08000000, "uts": 0x04000000, "net": 0x40000000,
+    "pid": 0x20000000, "time": 0x00000080, "mnt": 0x00020000,
+}
+_PR_SET_SECUREBITS = 28
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+# NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock.
+_SECUREBITS = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def _creds():
+    import socket
+    import struct
+
+    return [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", os.getpid(), os.getuid(), os.getgid()))]
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret, what):
+        if ret < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+        return ret
+
+    return ctypes, libc, check
+
+
+def _drop_privileges(spec):
+    """What the agent does in a command's child before exec (glovebox_jail::child)."""
+    ctypes, libc, check = _libc()
+    libc.syscall.restype = ctypes.c_long
+    check(libc.syscall(116, 0, None), "setgroups")  # SYS_setgroups
+    gid, uid = spec.get("gid", 0), spec.get("uid", 0)
+    check(libc.syscall(119, gid, gid, gid), "setresgid")  # SYS_setresgid
+    check(libc.prctl(_PR_SET_SECUREBITS, ctypes.c_ulong(_SECUREBITS), 0, 0, 0), "securebits")
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) < 0:
+            break
+    libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
+    check(libc.syscall(117, uid, uid, uid), "setresuid")  # SYS_setresuid
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.syscall(126, header, data), "capset")  # SYS_capset
+    check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
+    for prog in spec.get("seccomp", []):
+        import struct
+
+        raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+        buf = ctypes.create_string_buffer(raw, len(raw))
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        fprog = Fprog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
+        check(libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def _zygote_kernel(chan, stdio, spec):
+    """K: inside every namespace of the sandbox; becomes its kernel."""
+    os.setsid()
+    for i, fd in enumerate(stdio):
+        os.dup2(fd, i)
+    chan.sendmsg([b"k"], _creds())
+    chan.close()
+    os.closerange(3, 1 << 16)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    _drop_privileges(spec)
+    os.environ.clear()
+    os.environ.update(spec.get("env", {}))
+    os.chdir(spec.get("cwd", "/"))
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    main()
+
+
+def _zygote_child(chan):
+    """C: makes the sandbox's user namespace, joins the sandbox, forks K into it."""
+    import json
+    import socket
+
+    _, libc, check = _libc()
+    chan.sendmsg([b"c"], _creds())
+    check(libc.unshare(_CLONE_NEWUSER), "unshare user namespace")
+    chan.send(b"u")
+    msg, fds, _flags, _addr = socket.recv_fds(chan, 1 << 20, 16)
+    if not msg:
+        os._exit(1)
+    spec = json.loads(msg)
+    kinds = spec["ns"]
+    if len(fds) != len(kinds) + 3:
+        os._exit(1)
+    for fd, kind in zip(fds, kinds):
+        check(libc.setns(fd, _NS_FLAGS[kind]), f"setns {kind}")
+        os.close(fd)
+    os.chdir("/")
+    stdio = fds[len(kinds):]
+    if os.fork() == 0:
+        try:
+            _zygote_kernel(chan, stdio, spec)
+        except BaseException:
+            os.write(2, traceback.format_exc().encode("utf-8", "replace"))
+        os._exit(1)
+    os._exit(0)
+
+
+def zygote():
+    import gc
+    import io
+    import socket
+
+    for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
+        name = name.strip()
+        if name:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                pass
+    if _have_ipython():
+        try:
+            _defer_ipython_terminal()
+            importlib.import_module("IPython.core.interactiveshell")
+            importlib.import_module("traitlets.config")
+        except BaseException:
+            pass
+    if "matplotlib" in sys.modules:
+        # The one-time costs of a first figure (fonts, the Agg backend), paid once here.
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig = plt.figure()
+            plt.plot([1, 2])
+            fig.savefig(io.BytesIO(), format="png")
+            plt.close(fig)
+        except BaseException:
+            pass
+    gc.collect()
+    # The collector's own writes would unshare the pages of every tracked object.
+    gc.freeze()
+
+    def reap(signum, frame):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    signal.signal(signal.SIGCHLD, reap)
+    ctl = socket.socket(fileno=3)
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(ctl, 16, 1)
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)
+        if msg != b"F" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            continue
+        chan = socket.socket(fileno=fds[0])
+        if os.fork() == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                ctl.close()
+                _zygote_child(chan)
+            except BaseException:
+                os.write(2, traceback.format_exc().encode("utf-8", "replace"))
+            os._exit(1)
+        chan.close()
+
+
 def main():
     kernel = Kernel()
     try:
@@ -963,4 +1173,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--zygote"]:
+        zygote()
+    else:
+        main()

@@ -255,6 +255,7 @@ impl Jail {
             resolv_conf: ahead.then(|| crate::net::resolv_conf(shell.slot.index)),
             volumes: spec.volumes.clone(),
             disk_image: None,
+            userns: None,
         }
     }
 }
