@@ -1094,6 +1094,9 @@ def zygote():
     import io
     import socket
 
+    if _have_ipython():
+        # As in a kernel: pyplot, once imported, keeps the backend it found.
+        sys.meta_path.insert(0, _PostImportHook({"matplotlib": _inline_backend}))
     for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
         name = name.strip()
         if name:
@@ -1109,17 +1112,19 @@ def zygote():
         except BaseException:
             pass
     if "matplotlib" in sys.modules:
-        # The one-time costs of a first figure (fonts, the Agg backend), paid once here.
+        # The one-time costs of a first figure (fonts, the Agg renderer), paid once here;
+        # outside pyplot, whose backend is picked in the kernel (the inline one hooks itself
+        # into the shell it finds when first imported).
         try:
-            import matplotlib
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-
-            fig = plt.figure()
-            plt.plot([1, 2])
-            fig.savefig(io.BytesIO(), format="png")
-            plt.close(fig)
+            fig = Figure()
+            FigureCanvasAgg(fig)
+            ax = fig.add_subplot()
+            ax.hist([1.0, 2.0, 2.0, 3.0], bins=3)
+            ax.set_title("warm-up")
+            fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
         except BaseException:
             pass
     gc.collect()
