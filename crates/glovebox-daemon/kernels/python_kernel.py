@@ -152,7 +152,10 @@ class _PatchingLoader(importlib.abc.Loader):
 
 
 class Kernel:
-    def __init__(self):
+    def __init__(self, zygote=False):
+        """``zygote``: everything but the channel and the captured output (which a kernel
+        forked from the zygote opens with ``_open_io``): no fd of the zygote's is touched and
+        no thread started, so the process can still fork safely."""
         self.lock = threading.RLock()
         self.count = 0
         self.output_id = None
@@ -161,8 +164,14 @@ class Kernel:
         self.critical = 0
         self.interrupt_pending = False
         self.loop = None
+        self.warmed = False
+        self.streams = []
         signal.signal(signal.SIGINT, self._on_sigint)
+        if not zygote:
+            self._open_io()
+        self._make_engine()
 
+    def _open_io(self):
         # The protocol channel moves to private fds; fds 0, 1 and 2 become what user code
         # and its children see. os.dup makes non-inheritable fds, so children never get them.
         self.requests = os.fdopen(os.dup(0), "rb")
@@ -187,6 +196,7 @@ class Kernel:
         )
         threading.Thread(target=self._pump, name="glovebox-output", daemon=True).start()
 
+    def _make_engine(self):
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
@@ -421,7 +431,7 @@ class Kernel:
         # waiting (a sandbox created for it) runs at once and pays those one-time costs itself,
         # rather than after a throwaway figure. Never after a cell: it would reset `_`.
         try:
-            waiting = select.select([self.requests], [], [], _WARM_UP_AFTER)[0]
+            waiting = self.warmed or select.select([self.requests], [], [], _WARM_UP_AFTER)[0]
         except (OSError, ValueError):
             waiting = True
         if not waiting:
@@ -1038,7 +1048,7 @@ def _drop_privileges(spec):
         check(libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0), "seccomp")
 
 
-def _zygote_kernel(chan, stdio, spec):
+def _zygote_kernel(chan, stdio, spec, kernel):
     """K: inside every namespace of the sandbox; becomes its kernel."""
     os.setsid()
     for i, fd in enumerate(stdio):
@@ -1056,10 +1066,12 @@ def _zygote_kernel(chan, stdio, spec):
     os.environ.update(spec.get("env", {}))
     os.chdir(spec.get("cwd", "/"))
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    main()
+    os.environ["MPLBACKEND"] = "Agg"
+    kernel._open_io()
+    _serve(kernel)
 
 
-def _zygote_child(chan):
+def _zygote_child(chan, kernel):
     """C: makes the sandbox's user namespace, joins the sandbox, forks K into it."""
     import json
     import socket
@@ -1082,7 +1094,7 @@ def _zygote_child(chan):
     stdio = fds[len(kinds):]
     if os.fork() == 0:
         try:
-            _zygote_kernel(chan, stdio, spec)
+            _zygote_kernel(chan, stdio, spec, kernel)
         except BaseException:
             os.write(2, traceback.format_exc().encode("utf-8", "replace"))
         os._exit(1)
@@ -1091,7 +1103,6 @@ def _zygote_child(chan):
 
 def zygote():
     import gc
-    import io
     import socket
 
     if _have_ipython():
@@ -1104,29 +1115,15 @@ def zygote():
                 importlib.import_module(name)
             except BaseException:
                 pass
-    if _have_ipython():
-        try:
-            _defer_ipython_terminal()
-            importlib.import_module("IPython.core.interactiveshell")
-            importlib.import_module("traitlets.config")
-        except BaseException:
-            pass
-    if "matplotlib" in sys.modules:
-        # The one-time costs of a first figure (fonts, the Agg renderer), paid once here;
-        # outside pyplot, whose backend is picked in the kernel (the inline one hooks itself
-        # into the shell it finds when first imported).
-        try:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-
-            fig = Figure()
-            FigureCanvasAgg(fig)
-            ax = fig.add_subplot()
-            ax.hist([1.0, 2.0, 2.0, 3.0], bins=3)
-            ax.set_title("warm-up")
-            fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
-        except BaseException:
-            pass
+    # The kernel itself, its shell and the warm-up cells included (their output dropped):
+    # every kernel forked from here starts where a warm pool's waiting kernel is.
+    kernel = Kernel(zygote=True)
+    kernel._warm_up()
+    kernel.warmed = True
+    if threading.active_count() != 1:
+        # A thread's locks could be held at the fork: refuse rather than fork unsafely.
+        os.write(2, b"glovebox: zygote: a thread was started while warming up; exiting\n")
+        os._exit(1)
     gc.collect()
     # The collector's own writes would unshare the pages of every tracked object.
     gc.freeze()
@@ -1158,7 +1155,7 @@ def zygote():
             try:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 ctl.close()
-                _zygote_child(chan)
+                _zygote_child(chan, kernel)
             except BaseException:
                 os.write(2, traceback.format_exc().encode("utf-8", "replace"))
             os._exit(1)
@@ -1166,7 +1163,10 @@ def zygote():
 
 
 def main():
-    kernel = Kernel()
+    _serve(Kernel())
+
+
+def _serve(kernel):
     try:
         kernel.serve()
     except BaseException:
