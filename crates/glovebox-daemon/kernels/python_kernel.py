@@ -973,7 +973,9 @@ def _describe(exc):
 #                       host root writes the new namespace's maps (the sandbox's uid slot)
 #                       and builds the sandbox inside it; C is moved into the sandbox's
 #                       cgroups, gets its namespaces' fds and the kernel's stdio, joins
-#                       them (mount last), forks K into its PID namespace, exits
+#                       them (mount last), forks into its PID namespace a process that
+#                       forks K and exits (so K's new parent is the sandbox's PID 1),
+#                       reaps it, exits
 #                    K: new session, stdio, reports its pid, closes every other fd, the
 #                       sandbox's uid/gid, securebits locked, every capability dropped,
 #                       no_new_privs, the seccomp filters it was given; then the kernel
@@ -987,6 +989,7 @@ _NS_FLAGS = {
     "pid": 0x20000000, "time": 0x00000080, "mnt": 0x00020000,
 }
 _PR_SET_SECUREBITS = 28
+_PR_SET_CHILD_SUBREAPER = 36
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -1035,6 +1038,12 @@ def _drop_privileges(spec):
     data = (ctypes.c_uint32 * 6)()
     check(libc.syscall(126, header, data), "capset")  # SYS_capset
     check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
+    ruleset = spec.get("landlock_fd")
+    if ruleset is not None:
+        # The agent's ruleset, made by the daemon beneath the sandbox's root (a kernel the
+        # agent starts inherits the agent's domain; this one gets a domain of the same rules).
+        check(libc.syscall(446, ruleset, 0), "landlock_restrict_self")  # SYS_landlock_restrict_self
+        os.close(ruleset)
     for prog in spec.get("seccomp", []):
         import struct
 
@@ -1055,7 +1064,12 @@ def _zygote_kernel(chan, stdio, spec, kernel):
         os.dup2(fd, i)
     chan.sendmsg([b"k"], _creds())
     chan.close()
-    os.closerange(3, 1 << 16)
+    ruleset = spec.get("landlock_fd")
+    if ruleset is None:
+        os.closerange(3, 1 << 16)
+    else:
+        os.closerange(3, ruleset)
+        os.closerange(ruleset + 1, 1 << 16)
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -1085,19 +1099,28 @@ def _zygote_child(chan, kernel):
         os._exit(1)
     spec = json.loads(msg)
     kinds = spec["ns"]
-    if len(fds) != len(kinds) + 3:
+    extra = 1 if spec.get("landlock") else 0
+    if len(fds) != len(kinds) + 3 + extra:
         os._exit(1)
     for fd, kind in zip(fds, kinds):
         check(libc.setns(fd, _NS_FLAGS[kind]), f"setns {kind}")
         os.close(fd)
     os.chdir("/")
     stdio = fds[len(kinds):]
-    if os.fork() == 0:
-        try:
-            _zygote_kernel(chan, stdio, spec, kernel)
-        except BaseException:
-            os.write(2, traceback.format_exc().encode("utf-8", "replace"))
-        os._exit(1)
+    spec["landlock_fd"] = stdio.pop() if extra else None
+    # Twice: an orphan goes to the init of its late parent's PID namespace (or to a child
+    # subreaper there: the daemon is one), so K's parent must die inside the sandbox's for
+    # the agent to become K's parent and reap it.
+    middle = os.fork()
+    if middle == 0:
+        if os.fork() == 0:
+            try:
+                _zygote_kernel(chan, stdio, spec, kernel)
+            except BaseException:
+                os.write(2, traceback.format_exc().encode("utf-8", "replace"))
+            os._exit(1)
+        os._exit(0)
+    os.waitpid(middle, 0)
     os._exit(0)
 
 
@@ -1138,7 +1161,12 @@ def zygote():
                 return
 
     signal.signal(signal.SIGCHLD, reap)
+    # A child that dies before it reaps its own (killed mid-way) leaves them to us, not to the
+    # daemon (a subreaper too, that waits only for its own): we reap whatever ends.
+    _, libc, check = _libc()
+    check(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
     ctl = socket.socket(fileno=3)
+    ctl.send(b"R")
     while True:
         try:
             msg, fds, _flags, _addr = socket.recv_fds(ctl, 16, 1)
