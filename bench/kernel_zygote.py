@@ -12,7 +12,7 @@ Each iteration, in an order that alternates:
           code-interpreter sandbox, run the seed cell (bench.SEED, checked for its PNG), read
           the sandbox's memory cgroup, destroy it: bench/wave2.py's ColdCode step.
   zygote  this script as host root, with the same binaries: asks the template's zygote
-          (`glovebox-agent kernel-zygote` running `python_kernel.py --zygote`, started once)
+          (`glovebox-agent kernel-zygote` running `python_kernel.py` as a zygote, started once)
           for a child; the child makes a user namespace; this script writes its maps (a uid
           slot of its own, above the daemon's) and runs the jailer (`glovebox-agent jail`,
           the config a daemon would send, `userns` set) so the sandbox is built inside it;
@@ -137,9 +137,10 @@ class Zygote:
         }
         cfg = {
             "root": root, "uid": ZYGOTE_UID,
-            "argv": ["/usr/bin/python3", KERNEL, "--zygote"],
+            "exe": "/usr/bin/python3", "argv": ["python3", KERNEL],
             "env": [["PATH", "/usr/local/bin:/usr/bin:/bin"], ["HOME", "/tmp"], ["MPLCONFIGDIR", "/tmp/mpl"],
-                    ["MPLBACKEND", "Agg"], ["GLOVEBOX_PRELOAD", preload], ["LANG", "C.UTF-8"]],
+                    ["MPLBACKEND", "Agg"], ["GLOVEBOX_PRELOAD", preload], ["LANG", "C.UTF-8"],
+                    ["GLOVEBOX_KERNEL_ZYGOTE", "1"]],
             "cwd": "/",
         }
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -962,7 +962,7 @@ def _describe(exc):
 
 # ---- the zygote ---------------------------------------------------------------------------
 #
-# ``python_kernel.py --zygote``: one process per tenant and template (started by the daemon
+# ``GLOVEBOX_KERNEL_ZYGOTE=1 python_kernel.py``: one process per tenant and template (started by the daemon
 # through ``glovebox-agent kernel-zygote``: a host uid of its own, its own namespaces, the
 # template's root read-only, no network, no capability) that imports what the kernel
 # preloads once, then forks one child per new sandbox. The children share the imported
@@ -990,6 +990,7 @@ _NS_FLAGS = {
 }
 _PR_SET_SECUREBITS = 28
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -1038,6 +1039,19 @@ def _drop_privileges(spec):
     data = (ctypes.c_uint32 * 6)()
     check(libc.syscall(126, header, data), "capset")  # SYS_capset
     check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
+    # A command's limits are PID 1's (lowered only); so are these.
+    import resource
+
+    def low(a, b):
+        return b if a == resource.RLIM_INFINITY else min(a, b)
+
+    for res, value in spec.get("rlimits", []):
+        soft, hard = resource.getrlimit(res)
+        hard = low(hard, value)
+        resource.setrlimit(res, (low(low(soft, value), hard), hard))
+    # The uid change made the process non-dumpable (a command's exec makes it dumpable
+    # again): as a command, its own /proc files are its own.
+    check(libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0), "dumpable")
     ruleset = spec.get("landlock_fd")
     if ruleset is not None:
         # The agent's ruleset, made by the daemon beneath the sandbox's root (a kernel the
@@ -1206,7 +1220,9 @@ def _serve(kernel):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--zygote"]:
+    # Not an argument: the kernels forked from the zygote keep its command line, which is
+    # then a kernel's.
+    if os.environ.pop("GLOVEBOX_KERNEL_ZYGOTE", None) == "1":
         zygote()
     else:
         main()

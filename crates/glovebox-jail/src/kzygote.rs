@@ -15,7 +15,8 @@
 //! Steps, in one process: join its own cgroups; unshare mount, network, IPC, UTS and cgroup
 //! namespaces (not PID: see `launch`); build the root, pivot_root, a /proc showing only its
 //! own processes; rlimits; close every fd but 0-3; drop every capability (bounding set
-//! too), setuid to its uid, no_new_privs; exec `python3 python_kernel.py --zygote`.
+//! too), setuid to its uid, no_new_privs; exec `python3 python_kernel.py` (in zygote mode, by
+//! its environment).
 
 use std::ffi::CString;
 use std::io::Read;
@@ -36,6 +37,8 @@ pub struct ZygoteConfig {
     pub root: JailConfig,
     /// The zygote's host uid and gid: one of its own, used by nothing else.
     pub uid: u32,
+    /// The program (inside its root) and its argv.
+    pub exe: String,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: String,
@@ -108,13 +111,15 @@ fn launch(cfg: &ZygoteConfig) -> Result<std::convert::Infallible> {
     )
     .ctx("mount /tmp")?;
     sys::lower_rlimit(libc::RLIMIT_CORE, 0, 0).ctx("rlimit core")?;
-    sys::lower_rlimit(libc::RLIMIT_NOFILE, 1 << 12, 1 << 12).ctx("rlimit nofile")?;
+    // A sandbox's (`jailer::pid1`): its forked kernels may only lower what they inherit.
+    sys::lower_rlimit(libc::RLIMIT_NOFILE, 1 << 16, 1 << 16).ctx("rlimit nofile")?;
     let devnull = std::fs::File::open("/dev/null").ctx("open /dev/null")?;
     sys::dup2(std::os::fd::AsRawFd::as_raw_fd(&devnull), 0).ctx("stdin")?;
     drop(devnull);
     sys::close_range(CONTROL_FD as u32 + 1, u32::MAX).ctx("close inherited fds")?;
     sys::chdir(Path::new(&cfg.cwd)).ctx_at("chdir", &cfg.cwd)?;
     let cstr = |s: &str| CString::new(s).map_err(|_| JailError::Config(format!("NUL in {s:?}")));
+    let exe = cstr(&cfg.exe)?;
     let argv = cfg.argv.iter().map(|a| cstr(a)).collect::<Result<Vec<_>>>()?;
     let envp = cfg.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect::<Result<Vec<_>>>()?;
     sys::setgroups_empty().ctx("setgroups")?;
@@ -134,7 +139,7 @@ fn launch(cfg: &ZygoteConfig) -> Result<std::convert::Infallible> {
     let mut e: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
     e.push(std::ptr::null());
     // SAFETY: NUL-terminated arrays of pointers into CStrings alive across the call.
-    unsafe { libc::execve(a[0], a.as_ptr(), e.as_ptr()) };
+    unsafe { libc::execve(exe.as_ptr(), a.as_ptr(), e.as_ptr()) };
     Err(JailError::sys("exec the zygote", std::io::Error::last_os_error()))
 }
 
@@ -251,6 +256,8 @@ pub struct KernelSpec {
     /// Seccomp filters to install, in order (the agent's, then the commands'), each as
     /// `(code, jt, jf, k)`.
     pub seccomp: Vec<Vec<(u16, u8, u8, u32)>>,
+    /// Resource limits to set (soft = hard), as the sandbox's PID 1 has them.
+    pub rlimits: Vec<(u32, u64)>,
 }
 
 /// A zygote's child that made its user namespace (maps written). Killed when dropped unless

@@ -375,8 +375,11 @@ impl Backend for Jail {
         let kernel = match (forked, &spec.zygote) {
             (Some(f), Some(w)) => {
                 let filters = [&self.agent_seccomp, &self.seccomp];
-                match super::zygotes::hand_off(f, &shell.cgroup.procs_files(), pid, w, filters) {
-                    Ok(k) => Some(k),
+                match super::zygotes::hand_off(f, &shell.cgroup.procs_files(), pid, w, spec.limits.pids, filters) {
+                    Ok(k) => {
+                        tracing::info!(sandbox = %shell.id, tenant = %w.tenant, "python kernel forked from the zygote");
+                        Some(k)
+                    }
                     Err(e) => {
                         tracing::warn!(sandbox = %shell.id, "python kernel from the zygote: {e}; the agent starts one");
                         None

@@ -116,7 +116,8 @@ fn key(want: &ZygoteWant, spec: &Spec) -> String {
 }
 
 fn start(want: &ZygoteWant, spec: &Spec, mk: &Maker<'_>) -> Result<Zygote, String> {
-    let id = format!("zygote-{}", crate::util::random_token(12));
+    // Alphanumeric, as sandbox ids (the leak checks read ids out of paths).
+    let id = format!("zygote{}", crate::util::random_token(12));
     let limits = glovebox_jail::cgroup::Limits { memory_bytes: MEMORY_BYTES, cpu_quota: mk.cpu_quota, pids: PIDS };
     let shell = (mk.shell)(id.clone(), &limits).map_err(|e| e.to_string())?;
     let skel = spec.root_skel.clone().unwrap_or_else(|| mk.skel.to_path_buf());
@@ -151,11 +152,14 @@ fn start(want: &ZygoteWant, spec: &Spec, mk: &Maker<'_>) -> Result<Zygote, Strin
         ("MPLBACKEND", "Agg"),
         ("MPLCONFIGDIR", "/tmp/matplotlib"),
         ("GLOVEBOX_PRELOAD", want.preload.as_str()),
+        ("GLOVEBOX_KERNEL_ZYGOTE", "1"),
     ];
     let cfg = kzygote::ZygoteConfig {
         root,
         uid: shell.slot.uid_base(),
-        argv: vec!["/usr/bin/python3".into(), format!("{}/python_kernel.py", crate::kernels::KERNEL_DIR), "--zygote".into()],
+        exe: "/usr/bin/python3".into(),
+        // A kernel's command line (`kernels::argv`): its forked kernels show it as theirs.
+        argv: vec!["python3".into(), format!("{}/python_kernel.py", crate::kernels::KERNEL_DIR)],
         env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         cwd: "/".into(),
     };
@@ -182,6 +186,7 @@ pub(super) fn hand_off(
     procs: &[PathBuf],
     pid1: i32,
     want: &ZygoteWant,
+    pids: u64,
     filters: [&Option<Vec<(u16, u8, u8, u32)>>; 2],
 ) -> Result<crate::kernels::Forked, String> {
     let [Some(agent), Some(commands)] = filters else {
@@ -206,6 +211,8 @@ pub(super) fn hand_off(
         uid: 0,
         gid: 0,
         seccomp: vec![agent.clone(), commands.clone()],
+        // PID 1's (`glovebox_jail::jailer`), which every command inherits.
+        rlimits: vec![(libc::RLIMIT_CORE, 0), (libc::RLIMIT_NOFILE, 1 << 16), (libc::RLIMIT_NPROC, pids)],
     };
     let stdio = [in_r.as_fd(), out_w.as_fd(), err_w.as_fd()];
     let kpid = f.hand_off(procs, pid1, &spec, stdio, landlock.as_ref().map(|l| l.as_fd())).map_err(|e| e.to_string())?;
