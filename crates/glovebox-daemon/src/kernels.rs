@@ -307,7 +307,10 @@ impl Kernel {
                 Err(e) => Err(Error::Internal(e.to_string())),
             };
             match started {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    tracing::info!(sandbox = %t.id, "python kernel from the zygote ready");
+                    return Ok(());
+                }
                 // Killed by `wait_ready`; the agent starts one as without a zygote.
                 Err(e) => tracing::warn!(sandbox = %t.id, "forked python kernel: {e}; starting one"),
             }

@@ -82,8 +82,10 @@ fn launch(cfg: &ZygoteConfig) -> Result<std::convert::Infallible> {
     // No PID namespace of its own: a process may only enter a PID namespace below its own,
     // and the zygote's children enter their sandboxes'. It sees no other process through
     // its /proc (`hidepid`, below) and can signal only its own (its uid is its alone).
-    sys::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP)
-        .ctx("unshare namespaces")?;
+    sys::unshare(
+        libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP,
+    )
+    .ctx("unshare namespaces")?;
     sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None).ctx("make / private")?;
     let root = rootfs::build_guest(&cfg.root)?;
     rootfs::build_dev_for(&root, cfg.root.shm_bytes)?;
@@ -167,20 +169,12 @@ pub fn spawn(agent: &Path, cfg: &ZygoteConfig, log: std::fs::File) -> std::io::R
     let (ours, theirs) = sys::seqpacket_pair()?;
     let raw = theirs.as_raw_fd();
     let mut cmd = std::process::Command::new(agent);
-    cmd.arg("kernel-zygote")
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+    cmd.arg("kernel-zygote").env_clear().stdin(std::process::Stdio::piped()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: only async-signal-safe calls on fds of this process (the forked child's): the
     // socket becomes fd 3 without close-on-exec.
     unsafe {
         cmd.pre_exec(move || {
-            let r = if raw == CONTROL_FD {
-                libc::fcntl(raw, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(raw, CONTROL_FD)
-            };
+            let r = if raw == CONTROL_FD { libc::fcntl(raw, libc::F_SETFD, 0) } else { libc::dup2(raw, CONTROL_FD) };
             if r < 0 {
                 return Err(std::io::Error::last_os_error());
             }

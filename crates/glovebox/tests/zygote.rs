@@ -51,7 +51,9 @@ fn zygotes(d: &Daemon) -> BTreeMap<String, Vec<String>> {
     let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in d.log().lines().filter(|l| l.contains("python kernel zygote started")) {
         let field = |k: &str| {
-            line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{k}="))).map(|v| v.trim_matches('"').to_string())
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .map(|v| v.trim_matches('"').to_string())
         };
         if let (Some(t), Some(z)) = (field("tenant"), field("zygote")) {
             d.register(&z);
@@ -62,8 +64,8 @@ fn zygotes(d: &Daemon) -> BTreeMap<String, Vec<String>> {
 }
 
 /// Creates code-interpreter sandboxes (as `key`'s tenant) until one has its python kernel
-/// forked from the zygote (the first create starts the zygote and gets the agent's kernel
-/// meanwhile); the others are destroyed. Bounded.
+/// forked from the zygote and serving (the first create starts the zygote and gets the
+/// agent's kernel meanwhile); the others are destroyed. Bounded.
 fn forked_sandbox(d: &Daemon, key: Option<&str>) -> String {
     let body = sandbox_body(json!({ "template": "code-interpreter" }));
     let got = poll(Duration::from_secs(90), Duration::from_millis(200), || {
@@ -71,13 +73,16 @@ fn forked_sandbox(d: &Daemon, key: Option<&str>) -> String {
         assert_eq!(st, 201, "{v}");
         let id = v["id"].as_str().expect("id").to_string();
         d.register(&id);
-        let forked = poll(Duration::from_secs(3), Duration::from_millis(50), || {
-            d.log()
-                .lines()
-                .any(|l| l.contains("python kernel forked from the zygote") && l.contains(&format!("sandbox={id}")))
-                .then_some(())
-        });
-        if forked.is_some() {
+        // Whether it got a forked kernel is logged during its boot, before the create answers.
+        let line = |what: &str| d.log().lines().any(|l| l.contains(what) && l.contains(&format!("sandbox={id}")));
+        if line("python kernel forked from the zygote") {
+            let ready = poll(Duration::from_secs(20), Duration::from_millis(50), || {
+                if line("forked python kernel:") {
+                    return Some(false);
+                }
+                line("python kernel from the zygote ready").then_some(true)
+            });
+            assert_eq!(ready, Some(true), "the forked kernel of {id} did not serve:\n{}", d.log());
             return Some(id);
         }
         let _ = as_key(d, key, Method::DELETE, &format!("/v1/sandboxes/{id}"), None);

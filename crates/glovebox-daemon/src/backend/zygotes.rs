@@ -215,10 +215,10 @@ pub(super) fn hand_off(
         rlimits: vec![(libc::RLIMIT_CORE, 0), (libc::RLIMIT_NOFILE, 1 << 16), (libc::RLIMIT_NPROC, pids)],
     };
     let stdio = [in_r.as_fd(), out_w.as_fd(), err_w.as_fd()];
-    let kpid = f.hand_off(procs, pid1, &spec, stdio, landlock.as_ref().map(|l| l.as_fd())).map_err(|e| e.to_string())?;
-    let pidfd = rustix::process::Pid::from_raw(kpid)
-        .ok_or_else(|| "the kernel reported no pid".to_string())
-        .and_then(|p| {
+    let kpid =
+        f.hand_off(procs, pid1, &spec, stdio, landlock.as_ref().map(|l| l.as_fd())).map_err(|e| e.to_string())?;
+    let pidfd =
+        rustix::process::Pid::from_raw(kpid).ok_or_else(|| "the kernel reported no pid".to_string()).and_then(|p| {
             rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).map_err(|e| format!("pidfd: {e}"))
         })?;
     Ok(crate::kernels::Forked { pidfd, stdin: in_w, stdout: out_r, stderr: err_r })
