@@ -29,6 +29,9 @@ use crate::util::lock;
 
 /// A zygote's limits: what it holds is the template's imported libraries, once.
 const MEMORY_BYTES: u64 = 2 << 30;
+
+/// A compiled seccomp filter as the jail config carries it: `(code, jt, jf, k)`.
+type Filter = Vec<(u16, u8, u8, u32)>;
 const PIDS: u64 = 256;
 
 struct Zygote {
@@ -187,7 +190,7 @@ pub(super) fn hand_off(
     pid1: i32,
     want: &ZygoteWant,
     pids: u64,
-    filters: [&Option<Vec<(u16, u8, u8, u32)>>; 2],
+    filters: [&Option<Filter>; 2],
 ) -> Result<crate::kernels::Forked, String> {
     let [Some(agent), Some(commands)] = filters else {
         return Err("no compiled seccomp filters to give the kernel".into());
