@@ -220,6 +220,7 @@ fn a_forked_kernel_is_confined_like_a_command_and_a_started_kernel() {
     // reach, where a command (in the agent's domain) may signal it.
     assert_eq!(command["signal_pid1"], "ok", "{command}");
     assert_eq!(forked["signal_pid1"], 1, "EPERM from the Landlock scope: {forked}");
+    assert_eq!(zygotes(&d).len(), 1, "its zygote is in the leak check");
     d.shutdown_and_check_leaks();
 }
 
@@ -329,6 +330,7 @@ fn cells_give_the_same_results_from_a_forked_and_a_started_kernel() {
     for ((c, a), b) in cells.iter().zip(&with_zygote).zip(&without) {
         assert_eq!(a, b, "cell {c:?}: forked {a} vs started {b}");
     }
+    assert_eq!(zygotes(&z).len(), 1, "its zygote is in the leak check");
     z.shutdown_and_check_leaks();
     d.shutdown_and_check_leaks();
 }
