@@ -281,7 +281,8 @@ fn a_killed_zygote_falls_back_to_the_started_kernel_and_comes_back() {
     d.register(&next);
     let ex = cell(&d, None, &next, "import numpy as np; print(int(np.arange(4).sum()))");
     assert_eq!(stdout(&ex), "6\n", "{ex}");
-    assert!(d.log().contains("python kernel zygote exited; starting another"), "{}", d.log());
+    // Found dead, or failing a fork while it died: replaced either way.
+    assert!(d.log().contains("; starting another"), "{}", d.log());
     // And a zygote is back.
     let again = forked_sandbox(&d, None);
     assert_ne!(again, first);

@@ -9,8 +9,8 @@
 //!   and it is never shared between tenants: its children make the user namespaces of the
 //!   sandboxes they seed, so it holds every capability over them.
 //! - Best effort, never in the way: a zygote that is starting, dead or failing gives no child,
-//!   and the sandbox is booted and its kernel started as without it; a dead zygote is started
-//!   again by the next request for it. Every failure is logged.
+//!   and the sandbox is booted and its kernel started as without it; a dead or failing zygote
+//!   is ended and another started by the request that finds it so. Every failure is logged.
 //! - Each zygote holds a shell (uid slot, run directory, cgroups) like a sandbox's; closing
 //!   kills it and every process in its cgroups and releases the shell. Its children are in
 //!   its cgroups until they are handed to a sandbox (then in the sandbox's, dying with it).
@@ -77,15 +77,14 @@ impl Zygotes {
                 if !z.run.ready() {
                     return None;
                 }
-                return match z.run.fork(base, crate::slots::RANGE) {
-                    Ok(f) => Some(f),
-                    Err(e) => {
-                        tracing::warn!(tenant = %want.tenant, "python kernel zygote: {e}; the kernel starts as usual");
-                        None
-                    }
-                };
+                match z.run.fork(base, crate::slots::RANGE) {
+                    Ok(f) => return Some(f),
+                    // Dying, or broken: either way it is replaced.
+                    Err(e) => tracing::warn!(tenant = %want.tenant, "python kernel zygote: {e}; starting another"),
+                }
+            } else {
+                tracing::warn!(tenant = %want.tenant, "python kernel zygote exited; starting another");
             }
-            tracing::warn!(tenant = %want.tenant, "python kernel zygote exited; starting another");
             if let Some(z) = map.remove(&key) {
                 z.end();
             }
