@@ -28,7 +28,7 @@ use crate::slots::{Slots, RANGE};
 use crate::util::random_token;
 
 /// What a jailed sandbox's host side is made of.
-pub(super) struct Host {
+struct Host {
     cgroups: Box<dyn CgroupDriver>,
     slots: Slots,
     /// `<run_dir>/sandboxes`: one private directory per sandbox.
