@@ -47,6 +47,8 @@ fn main() {
         }
         Some("spare") => spare::main(),
         Some("zygote") => zygote::main(),
+        // A template's python kernel zygote (host side: builds its root, drops to its uid).
+        Some("kernel-zygote") => glovebox_jail::kzygote::main_from_stdin(),
         Some("--version") => println!("glovebox-agent {}", env!("CARGO_PKG_VERSION")),
         _ => {
             eprintln!("glovebox-agent: started by the glovebox daemon as `glovebox-agent jail`, not by hand");

@@ -152,7 +152,10 @@ class _PatchingLoader(importlib.abc.Loader):
 
 
 class Kernel:
-    def __init__(self):
+    def __init__(self, zygote=False):
+        """``zygote``: everything but the channel and the captured output (which a kernel
+        forked from the zygote opens with ``_open_io``): no fd of the zygote's is touched and
+        no thread started, so the process can still fork safely."""
         self.lock = threading.RLock()
         self.count = 0
         self.output_id = None
@@ -161,8 +164,14 @@ class Kernel:
         self.critical = 0
         self.interrupt_pending = False
         self.loop = None
+        self.warmed = False
+        self.streams = []
         signal.signal(signal.SIGINT, self._on_sigint)
+        if not zygote:
+            self._open_io()
+        self._make_engine()
 
+    def _open_io(self):
         # The protocol channel moves to private fds; fds 0, 1 and 2 become what user code
         # and its children see. os.dup makes non-inheritable fds, so children never get them.
         self.requests = os.fdopen(os.dup(0), "rb")
@@ -187,6 +196,7 @@ class Kernel:
         )
         threading.Thread(target=self._pump, name="glovebox-output", daemon=True).start()
 
+    def _make_engine(self):
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
@@ -421,7 +431,7 @@ class Kernel:
         # waiting (a sandbox created for it) runs at once and pays those one-time costs itself,
         # rather than after a throwaway figure. Never after a cell: it would reset `_`.
         try:
-            waiting = select.select([self.requests], [], [], _WARM_UP_AFTER)[0]
+            waiting = self.warmed or select.select([self.requests], [], [], _WARM_UP_AFTER)[0]
         except (OSError, ValueError):
             waiting = True
         if not waiting:
@@ -950,8 +960,255 @@ def _describe(exc):
     return {"name": type(exc).__name__, "value": value, "traceback": tb}
 
 
+# ---- the zygote ---------------------------------------------------------------------------
+#
+# ``GLOVEBOX_KERNEL_ZYGOTE=1 python_kernel.py``: one process per tenant and template (started by the daemon
+# through ``glovebox-agent kernel-zygote``: a host uid of its own, its own namespaces, the
+# template's root read-only, no network, no capability) that imports what the kernel
+# preloads once, then forks one child per new sandbox. The children share the imported
+# libraries' pages with it (copy-on-write), so a sandbox pays only for what its kernel
+# changes. A child ends up exactly as confined as a kernel the agent starts:
+#
+#   zygote ──fork──▶ C: reports its pid (SCM_CREDENTIALS), unshare(CLONE_NEWUSER), says "u";
+#                       host root writes the new namespace's maps (the sandbox's uid slot)
+#                       and builds the sandbox inside it; C is moved into the sandbox's
+#                       cgroups, gets its namespaces' fds and the kernel's stdio, joins
+#                       them (mount last), forks into its PID namespace a process that
+#                       forks K and exits (so K's new parent is the sandbox's PID 1),
+#                       reaps it, exits
+#                    K: new session, stdio, reports its pid, closes every other fd, the
+#                       sandbox's uid/gid, securebits locked, every capability dropped,
+#                       no_new_privs, the seccomp filters it was given; then the kernel
+#
+# K is reparented to the sandbox's PID 1 (the agent), which reaps it. Control protocol, one
+# datagram each, on a SOCK_SEQPACKET pair per child (its end sent with "F" on fd 3).
+
+_CLONE_NEWUSER = 0x10000000
+_NS_FLAGS = {
+    "cgroup": 0x02000000, "ipc": 0x08000000, "uts": 0x04000000, "net": 0x40000000,
+    "pid": 0x20000000, "time": 0x00000080, "mnt": 0x00020000,
+}
+_PR_SET_SECUREBITS = 28
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+# NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each with its lock.
+_SECUREBITS = 0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def _creds():
+    import socket
+    import struct
+
+    return [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack("iII", os.getpid(), os.getuid(), os.getgid()))]
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(ret, what):
+        if ret < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+        return ret
+
+    return ctypes, libc, check
+
+
+def _drop_privileges(spec):
+    """What the agent does in a command's child before exec (glovebox_jail::child)."""
+    ctypes, libc, check = _libc()
+    libc.syscall.restype = ctypes.c_long
+    check(libc.syscall(116, 0, None), "setgroups")  # SYS_setgroups
+    gid, uid = spec.get("gid", 0), spec.get("uid", 0)
+    check(libc.syscall(119, gid, gid, gid), "setresgid")  # SYS_setresgid
+    check(libc.prctl(_PR_SET_SECUREBITS, ctypes.c_ulong(_SECUREBITS), 0, 0, 0), "securebits")
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) < 0:
+            break
+    libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
+    check(libc.syscall(117, uid, uid, uid), "setresuid")  # SYS_setresuid
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.syscall(126, header, data), "capset")  # SYS_capset
+    check(libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
+    # A command's limits are PID 1's (lowered only); so are these.
+    import resource
+
+    def low(a, b):
+        return b if a == resource.RLIM_INFINITY else min(a, b)
+
+    for res, value in spec.get("rlimits", []):
+        soft, hard = resource.getrlimit(res)
+        hard = low(hard, value)
+        resource.setrlimit(res, (low(low(soft, value), hard), hard))
+    # The uid change made the process non-dumpable (a command's exec makes it dumpable
+    # again): as a command, its own /proc files are its own.
+    check(libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(1), 0, 0, 0), "dumpable")
+    ruleset = spec.get("landlock_fd")
+    if ruleset is not None:
+        # The agent's ruleset, made by the daemon beneath the sandbox's root (a kernel the
+        # agent starts inherits the agent's domain; this one gets a domain of the same rules).
+        check(libc.syscall(446, ruleset, 0), "landlock_restrict_self")  # SYS_landlock_restrict_self
+        os.close(ruleset)
+    for prog in spec.get("seccomp", []):
+        import struct
+
+        raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+        buf = ctypes.create_string_buffer(raw, len(raw))
+
+        class Fprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        fprog = Fprog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
+        check(libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def _zygote_kernel(chan, stdio, spec, kernel):
+    """K: inside every namespace of the sandbox; becomes its kernel."""
+    os.setsid()
+    for i, fd in enumerate(stdio):
+        os.dup2(fd, i)
+    chan.sendmsg([b"k"], _creds())
+    chan.close()
+    ruleset = spec.get("landlock_fd")
+    if ruleset is None:
+        os.closerange(3, 1 << 16)
+    else:
+        os.closerange(3, ruleset)
+        os.closerange(ruleset + 1, 1 << 16)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    _drop_privileges(spec)
+    os.environ.clear()
+    os.environ.update(spec.get("env", {}))
+    os.chdir(spec.get("cwd", "/"))
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.environ["MPLBACKEND"] = "Agg"
+    kernel._open_io()
+    _serve(kernel)
+
+
+def _zygote_child(chan, kernel):
+    """C: makes the sandbox's user namespace, joins the sandbox, forks K into it."""
+    import json
+    import socket
+
+    _, libc, check = _libc()
+    chan.sendmsg([b"c"], _creds())
+    check(libc.unshare(_CLONE_NEWUSER), "unshare user namespace")
+    chan.send(b"u")
+    msg, fds, _flags, _addr = socket.recv_fds(chan, 1 << 20, 16)
+    if not msg:
+        os._exit(1)
+    spec = json.loads(msg)
+    kinds = spec["ns"]
+    extra = 1 if spec.get("landlock") else 0
+    if len(fds) != len(kinds) + 3 + extra:
+        os._exit(1)
+    for fd, kind in zip(fds, kinds):
+        check(libc.setns(fd, _NS_FLAGS[kind]), f"setns {kind}")
+        os.close(fd)
+    os.chdir("/")
+    stdio = fds[len(kinds):]
+    spec["landlock_fd"] = stdio.pop() if extra else None
+    # Twice: an orphan goes to the init of its late parent's PID namespace (or to a child
+    # subreaper there: the daemon is one), so K's parent must die inside the sandbox's for
+    # the agent to become K's parent and reap it.
+    middle = os.fork()
+    if middle == 0:
+        if os.fork() == 0:
+            try:
+                _zygote_kernel(chan, stdio, spec, kernel)
+            except BaseException:
+                os.write(2, traceback.format_exc().encode("utf-8", "replace"))
+            os._exit(1)
+        os._exit(0)
+    os.waitpid(middle, 0)
+    os._exit(0)
+
+
+def zygote():
+    import gc
+    import socket
+
+    if _have_ipython():
+        # As in a kernel: pyplot, once imported, keeps the backend it found.
+        sys.meta_path.insert(0, _PostImportHook({"matplotlib": _inline_backend}))
+    for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
+        name = name.strip()
+        if name:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                pass
+    # The kernel itself, its shell and the warm-up cells included (their output dropped):
+    # every kernel forked from here starts where a warm pool's waiting kernel is.
+    kernel = Kernel(zygote=True)
+    kernel._warm_up()
+    kernel.warmed = True
+    if threading.active_count() != 1:
+        # A thread's locks could be held at the fork: refuse rather than fork unsafely.
+        os.write(2, b"glovebox: zygote: a thread was started while warming up; exiting\n")
+        os._exit(1)
+    gc.collect()
+    # The collector's own writes would unshare the pages of every tracked object.
+    gc.freeze()
+
+    def reap(signum, frame):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    signal.signal(signal.SIGCHLD, reap)
+    # A child that dies before it reaps its own (killed mid-way) leaves them to us, not to the
+    # daemon (a subreaper too, that waits only for its own): we reap whatever ends.
+    _, libc, check = _libc()
+    check(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
+    ctl = socket.socket(fileno=3)
+    ctl.send(b"R")
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(ctl, 16, 1)
+        except InterruptedError:
+            continue
+        if not msg:
+            os._exit(0)
+        if msg != b"F" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            continue
+        chan = socket.socket(fileno=fds[0])
+        if os.fork() == 0:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                ctl.close()
+                _zygote_child(chan, kernel)
+            except BaseException:
+                os.write(2, traceback.format_exc().encode("utf-8", "replace"))
+            os._exit(1)
+        chan.close()
+
+
 def main():
-    kernel = Kernel()
+    _serve(Kernel())
+
+
+def _serve(kernel):
     try:
         kernel.serve()
     except BaseException:
@@ -963,4 +1220,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    # Not an argument: the kernels forked from the zygote keep its command line, which is
+    # then a kernel's.
+    if os.environ.pop("GLOVEBOX_KERNEL_ZYGOTE", None) == "1":
+        zygote()
+    else:
+        main()

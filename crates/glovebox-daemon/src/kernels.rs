@@ -24,10 +24,101 @@ use crate::agent::{AgentClient, Output, Session};
 use crate::error::{Error, Result};
 
 /// What a kernel needs of its sandbox to start: the agent socket (a warm sandbox in the pool
-/// has no `Sb` yet).
+/// has no `Sb` yet), and a python kernel forked into it from its template's zygote, if its
+/// backend made one (`Config::code_zygote`).
 pub struct Target<'a> {
     pub id: &'a str,
     pub socket: &'a std::path::Path,
+    pub forked: Option<&'a std::sync::Mutex<Option<Forked>>>,
+}
+
+/// A python kernel forked into a sandbox from its template's zygote (see
+/// `glovebox_jail::kzygote`): already inside the sandbox and as confined as a command, ready
+/// to serve cells on the pipes the daemon holds the other ends of. Not the agent's command:
+/// the daemon signals it through its pidfd (host root), and the agent, PID 1, reaps it.
+pub struct Forked {
+    pub pidfd: std::os::fd::OwnedFd,
+    pub stdin: std::os::fd::OwnedFd,
+    pub stdout: std::os::fd::OwnedFd,
+    pub stderr: std::os::fd::OwnedFd,
+}
+
+/// The daemon's side of a running kernel.
+enum Io {
+    /// A raw command of the agent's (its id, its session).
+    Agent(u64, Session),
+    Forked {
+        pidfd: std::os::fd::OwnedFd,
+        stdin: tokio::net::unix::pipe::Sender,
+        stdout: tokio::net::unix::pipe::Receiver,
+    },
+}
+
+impl Io {
+    async fn write(&mut self, data: &[u8]) -> std::result::Result<(), String> {
+        match self {
+            Io::Agent(_, s) => s.write(data).await.map_err(|e| e.to_string()),
+            Io::Forked { stdin, .. } => {
+                use tokio::io::AsyncWriteExt;
+                stdin.write_all(data).await.map_err(|e| format!("write to the kernel: {e}"))
+            }
+        }
+    }
+
+    async fn read(&mut self) -> std::result::Result<Option<Output>, String> {
+        match self {
+            Io::Agent(_, s) => s.read().await.map_err(|e| e.to_string()),
+            Io::Forked { stdout, .. } => {
+                use tokio::io::AsyncReadExt;
+                let mut b = vec![0u8; 64 << 10];
+                match stdout.read(&mut b).await {
+                    Ok(0) => Ok(None),
+                    Ok(n) => {
+                        b.truncate(n);
+                        Ok(Some(Output::Stdout(b)))
+                    }
+                    Err(e) => Err(format!("read from the kernel: {e}")),
+                }
+            }
+        }
+    }
+
+    /// Signals the kernel (the agent's command through the agent; a forked one directly).
+    async fn signal(&self, t: &Target<'_>, sig: i32) {
+        match self {
+            Io::Agent(id, _) => {
+                let _ = t.agent().signal(*id, sig).await;
+            }
+            Io::Forked { pidfd, .. } => {
+                let sig = rustix::process::Signal::from_named_raw(sig);
+                if let Some(sig) = sig {
+                    let _ = rustix::process::pidfd_send_signal(pidfd, sig);
+                }
+            }
+        }
+    }
+}
+
+impl Forked {
+    fn into_io(self) -> std::io::Result<Io> {
+        let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(self.stdin)?;
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(self.stdout)?;
+        let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(self.stderr)?;
+        // Its stderr (a crash report, if any) is not protocol: drained so it never blocks,
+        // logged for the operator.
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut stderr = stderr;
+            let mut b = vec![0u8; 16 << 10];
+            while let Ok(n) = stderr.read(&mut b).await {
+                if n == 0 {
+                    break;
+                }
+                tracing::debug!("forked python kernel: {}", String::from_utf8_lossy(&b[..n]));
+            }
+        });
+        Ok(Io::Forked { pidfd: self.pidfd, stdin, stdout })
+    }
 }
 
 impl Target<'_> {
@@ -48,6 +139,8 @@ pub trait Host: Sync {
     fn oom_killed(&self) -> bool;
 }
 
+/// A context's working directory unless it asks for another.
+pub const DEFAULT_CWD: &str = "/home/user";
 /// Where the kernels live inside every sandbox (written into the base skeleton).
 pub const KERNEL_DIR: &str = "/opt/glovebox/kernels";
 /// Longest event line accepted from a kernel (a large PNG is a few MiB of base64).
@@ -104,9 +197,8 @@ pub struct Kernel {
 
 #[derive(Default)]
 struct KState {
-    /// The agent's command id of the running kernel.
-    cmd: Option<u64>,
-    session: Option<Session>,
+    /// The running kernel.
+    session: Option<Io>,
     /// Whether the sandbox's environment was applied (with the first cell).
     env_applied: bool,
     /// Bytes of a partial line.
@@ -176,7 +268,7 @@ impl Kernel {
         Kernel {
             id,
             language,
-            cwd: cwd.unwrap_or_else(|| "/home/user".to_string()),
+            cwd: cwd.unwrap_or_else(|| DEFAULT_CWD.to_string()),
             preload: if language == Language::Python { preload.map(str::to_string) } else { None },
             st: tokio::sync::Mutex::new(KState::default()),
         }
@@ -197,6 +289,32 @@ impl Kernel {
             return Ok(());
         }
         st.env_applied = false;
+        // A python kernel forked into the sandbox from its template's zygote, once.
+        // (It was made with the default working directory, and only python's.)
+        let forked = match (self.language, t.forked) {
+            (Language::Python, Some(slot)) if self.cwd == DEFAULT_CWD => {
+                slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+            }
+            _ => None,
+        };
+        if let Some(f) = forked {
+            let started = match f.into_io() {
+                Ok(io) => {
+                    st.session = Some(io);
+                    st.buf.clear();
+                    self.wait_ready(t, st).await
+                }
+                Err(e) => Err(Error::Internal(e.to_string())),
+            };
+            match started {
+                Ok(()) => {
+                    tracing::info!(sandbox = %t.id, "python kernel from the zygote ready");
+                    return Ok(());
+                }
+                // Killed by `wait_ready`; the agent starts one as without a zygote.
+                Err(e) => tracing::warn!(sandbox = %t.id, "forked python kernel: {e}; starting one"),
+            }
+        }
         let mut env = std::collections::BTreeMap::new();
         env.insert("MPLBACKEND".into(), "Agg".into());
         env.insert("PYTHONUNBUFFERED".into(), "1".into());
@@ -212,10 +330,13 @@ impl Kernel {
         // A raw command's `Exec` exchange ends at `Started`; its output flows to the session.
         let id = agent.exec(&spec).await.map_err(start_failed)?.id;
         let session = agent.session(id).await.map_err(|e| Error::Agent(e.to_string()))?;
-        st.cmd = Some(id);
-        st.session = Some(session);
+        st.session = Some(Io::Agent(id, session));
         st.buf.clear();
-        // Wait for `ready`.
+        self.wait_ready(t, st).await
+    }
+
+    /// Waits for the kernel's `ready` (killing it if it does not come).
+    async fn wait_ready(&self, t: &Target<'_>, st: &mut KState) -> Result<()> {
         let ready = tokio::time::timeout(START_TIMEOUT, async {
             loop {
                 match next_line(st).await? {
@@ -249,13 +370,14 @@ impl Kernel {
     }
 
     async fn kill_locked(&self, t: &Target<'_>, st: &mut KState) {
-        st.session = None;
+        let io = st.session.take();
         st.pending = None;
         st.buf.clear();
-        if let Some(id) = st.cmd.take() {
-            let agent = t.agent();
-            let _ = agent.signal(id, libc::SIGKILL).await;
-            let _ = agent.release(id).await;
+        if let Some(io) = io {
+            io.signal(t, libc::SIGKILL).await;
+            if let Io::Agent(id, _) = io {
+                let _ = t.agent().release(id).await;
+            }
         }
     }
 
@@ -279,8 +401,8 @@ impl Kernel {
     /// kernel is never sent a stray SIGINT.
     async fn settle_locked(&self, t: &Target<'_>, st: &mut KState) {
         let Some(req_id) = st.pending.take() else { return };
-        let Some(cmd) = st.cmd else { return };
-        let _ = t.agent().signal(cmd, libc::SIGINT).await;
+        let Some(io) = st.session.as_ref() else { return };
+        io.signal(t, libc::SIGINT).await;
         let ended = tokio::time::timeout(INTERRUPT_GRACE, async {
             loop {
                 match next_line(st).await {
@@ -357,7 +479,7 @@ impl Kernel {
                 // The kernel is gone (killed while idle): unless the sandbox went with it, say
                 // so and start a fresh one with the next cell.
                 self.kill_locked(t, &mut st).await;
-                return match host.broken(e.to_string()) {
+                return match host.broken(e) {
                     Error::Agent(_) => {
                         on(CodeStreamLine::Error(self.died(host)));
                         Ok(CellEnd { execution_count: 0, context_restarted: true })
@@ -409,8 +531,8 @@ impl Kernel {
             match next {
                 Err(_) if !interrupted => {
                     interrupted = true;
-                    if let Some(id) = st.cmd {
-                        let _ = t.agent().signal(id, libc::SIGINT).await;
+                    if let Some(io) = st.session.as_ref() {
+                        io.signal(t, libc::SIGINT).await;
                     }
                 }
                 Err(_) => {
@@ -495,7 +617,7 @@ async fn next_line(st: &mut KState) -> Result<Option<serde_json::Value>> {
             // The kernel's own stderr (its crash report, if any) is not protocol.
             Ok(Some(_)) => {}
             Ok(None) => return Ok(None),
-            Err(e) => return Err(Error::Agent(e.to_string())),
+            Err(e) => return Err(Error::Agent(e)),
         }
     }
 }

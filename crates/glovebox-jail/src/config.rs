@@ -70,6 +70,12 @@ pub struct JailConfig {
     /// Volumes bound into the root, in order (see `rootfs::bind_volume`).
     #[serde(default)]
     pub volumes: Vec<Volume>,
+    /// A user namespace made ahead by someone else (a python kernel zygote's child, see
+    /// docs/benchmarks.md), as a path the jailer opens (`/proc/<daemon pid>/fd/<n>`), its
+    /// maps already written (`0 uid_base uid_count`) by host root. The jailer builds the
+    /// sandbox inside it instead of cloning a new one; everything else is as without it.
+    #[serde(default)]
+    pub userns: Option<PathBuf>,
 }
 
 /// A volume as the jail binds it: a host directory (the daemon's mount of the volume's disk

@@ -537,6 +537,7 @@ mod tests {
                 netns: Some("/proc/7/fd/9".into()),
                 resolv_conf: None,
                 volumes: vec![],
+                userns: None,
             },
             dir: "/run/g/sandboxes/sb1".into(),
             runsc: "/usr/bin/runsc".into(),

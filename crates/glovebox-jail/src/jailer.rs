@@ -290,16 +290,23 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
     sys::mount(None, std::path::Path::new("/"), None, libc::MS_REC | libc::MS_SLAVE, None)
         .ctx("make / a slave mount")?;
 
+    // A user namespace made ahead (its maps written by host root): A joins it rather than
+    // cloning one. Opened here, as host root, before anything else of the sandbox exists.
+    let given = match &cfg.userns {
+        Some(p) => Some(File::open(p).ctx_at("open given user namespace", p)?),
+        None => None,
+    };
     let (go_r, go_w) = sys::pipe().ctx("pipe")?;
-    match sys::fork_with(libc::CLONE_NEWUSER).ctx("clone user namespace")? {
+    let flags = if given.is_some() { 0 } else { libc::CLONE_NEWUSER };
+    match sys::fork_with(flags).ctx("clone user namespace")? {
         sys::Forked::Child => {
             drop(go_w);
-            child_a(cfg, go_r, listener, cg)
+            child_a(cfg, go_r, listener, cg, given)
         }
         sys::Forked::Parent { child } => {
             drop(go_r);
             drop(listener);
-            let r = parent(cfg, child, go_w);
+            let r = parent(cfg, child, go_w, given);
             if r.is_err() {
                 let _ = sys::kill(child, libc::SIGKILL);
             }
@@ -314,24 +321,51 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
     }
 }
 
-fn parent(cfg: &JailConfig, child: libc::pid_t, go: OwnedFd) -> Result<()> {
-    let map = format!("0 {} {}\n", cfg.uid_base, cfg.uid_count);
-    write_file(&format!("/proc/{child}/uid_map"), &map)?;
-    write_file(&format!("/proc/{child}/gid_map"), &map)?;
-    let ns_path = format!("/proc/{child}/ns/user");
-    let userns = File::open(&ns_path).ctx_at("open user namespace", &ns_path)?;
+fn parent(cfg: &JailConfig, child: libc::pid_t, go: OwnedFd, given: Option<File>) -> Result<()> {
+    let userns = match given {
+        // Its maps are checked by A once inside it (`child_a`).
+        Some(ns) => ns,
+        None => {
+            let map = format!("0 {} {}\n", cfg.uid_base, cfg.uid_count);
+            write_file(&format!("/proc/{child}/uid_map"), &map)?;
+            write_file(&format!("/proc/{child}/gid_map"), &map)?;
+            let ns_path = format!("/proc/{child}/ns/user");
+            File::open(&ns_path).ctx_at("open user namespace", &ns_path)?
+        }
+    };
     rootfs::build(cfg, userns.as_fd())?;
     File::from(go).write_all(b"g").ctx("signal child")
 }
 
 /// In the new user namespace: becomes its uid 0, creates the other namespaces and forks the
 /// sandbox's PID 1. Returns only in PID 1.
-fn child_a(cfg: &JailConfig, go: OwnedFd, listener: UnixListener, cg: Option<(OwnedFd, KillMethod)>) -> Result<Booted> {
+fn child_a(
+    cfg: &JailConfig,
+    go: OwnedFd,
+    listener: UnixListener,
+    cg: Option<(OwnedFd, KillMethod)>,
+    given: Option<File>,
+) -> Result<Booted> {
     let mut b = [0u8; 1];
     let n = File::from(go).read(&mut b).ctx("wait for parent")?;
     if n != 1 {
         // The parent failed and reported why; nothing more to say.
         sys::exit_now(1);
+    }
+    if let Some(ns) = given {
+        // Host root may join any user namespace; A then holds every capability in it, as a
+        // clone into a new one would.
+        sys::setns(ns.as_fd(), libc::CLONE_NEWUSER).ctx("join given user namespace")?;
+        // Its maps must be exactly the sandbox's slot, one line each (checked, not trusted:
+        // whoever made the namespace runs unprivileged code). Read from inside, the ids are
+        // the host's.
+        for f in ["/proc/self/uid_map", "/proc/self/gid_map"] {
+            let got = fs::read_to_string(f).ctx_at("read map", f)?;
+            let fields: Vec<&str> = got.split_whitespace().collect();
+            if fields != [String::from("0"), cfg.uid_base.to_string(), cfg.uid_count.to_string()] {
+                return Err(JailError::Config(format!("given user namespace has the wrong map: {got:?}")));
+            }
+        }
     }
     sys::setresgid(0).ctx("setresgid")?;
     sys::setgroups_empty().ctx("setgroups")?;

@@ -32,6 +32,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`: ask for the ABI version instead of making a ruleset.
 const CREATE_RULESET_VERSION: u32 = 1 << 0;
@@ -155,6 +156,29 @@ pub fn restrict_self() -> io::Result<Outcome> {
 
 /// Makes the ruleset and restricts the calling thread with it.
 fn enforce(rules: &Ruleset) -> io::Result<()> {
+    let ruleset = make(rules, Path::new("/"))?;
+    // Every other handled right is refused everywhere (see the module docs).
+    // SAFETY: integer-only call on an fd we own; flags 0 (log denials of this process, as
+    // the kernel's default).
+    let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The agent's ruleset as an fd, its path rule beneath `root` (a sandbox's root seen from the
+/// host, `/proc/<PID 1>/root`): for a process that joins the sandbox from outside (a python
+/// kernel forked from a zygote), which restricts itself with it after `no_new_privs`. `None`
+/// where the agent runs without Landlock ([`restrict_self`]'s `Unsupported`).
+pub fn ruleset_beneath(root: &Path) -> io::Result<Option<OwnedFd>> {
+    match Ruleset::for_abi(abi()?) {
+        Some(rules) => make(&rules, root).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn make(rules: &Ruleset, root_dir: &Path) -> io::Result<OwnedFd> {
     let attr =
         RulesetAttr { handled_access_fs: rules.fs_denied | rules.fs_root, handled_access_net: 0, scoped: rules.scoped };
     // SAFETY: `attr` is a live, initialised struct laid out as the kernel's
@@ -174,7 +198,7 @@ fn enforce(rules: &Ruleset) -> io::Result<()> {
     // SAFETY: the kernel just returned this fd to us; nothing else owns it.
     let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     if rules.fs_root != 0 {
-        let root = std::fs::File::open("/")?;
+        let root = std::fs::File::open(root_dir)?;
         let rule = PathBeneathAttr { allowed_access: rules.fs_root, parent_fd: root.as_raw_fd() };
         // SAFETY: `rule` is a live, initialised struct laid out as the kernel's packed
         // `landlock_path_beneath_attr`; the kernel only reads it. Both fds are ours and open.
@@ -191,14 +215,7 @@ fn enforce(rules: &Ruleset) -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
     }
-    // Every other handled right is refused everywhere (see the module docs).
-    // SAFETY: integer-only call on an fd we own; flags 0 (log denials of this process, as
-    // the kernel's default).
-    let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(ruleset)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod error;
 pub mod guest;
 pub mod gvisor;
 pub mod jailer;
+pub mod kzygote;
 pub mod landlock;
 pub mod launch;
 pub mod loopdev;

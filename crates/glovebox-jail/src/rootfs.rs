@@ -375,6 +375,11 @@ fn inode_cap(disk_bytes: u64) -> u64 {
     (disk_bytes / 4096).max(16 * 1024)
 }
 
+/// The same `/dev` a sandbox's root gets, in `root` (a kernel zygote's, `kzygote`).
+pub fn build_dev_for(root: &Path, shm_bytes: u64) -> Result<()> {
+    build_dev(&root.join("dev"), shm_bytes)
+}
+
 fn build_dev(dev: &Path, shm_bytes: u64) -> Result<()> {
     if !dev.is_dir() {
         mkdir(dev, 0o755)?;

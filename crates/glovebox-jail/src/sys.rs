@@ -537,8 +537,9 @@ pub fn socket_type(fd: RawFd) -> Option<libc::c_int> {
     (r == 0).then_some(ty)
 }
 
-/// Most fds one message carries (a jail request carries two).
-pub const MAX_PASSED_FDS: usize = 4;
+/// Most fds one message carries (a jail request carries two, a kernel zygote's hand-off
+/// eleven).
+pub const MAX_PASSED_FDS: usize = 16;
 
 /// sendmsg(2) of one message with `fds` attached (SCM_RIGHTS); never raises SIGPIPE.
 pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
@@ -548,7 +549,7 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) 
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let payload = std::mem::size_of_val(raw.as_slice()) as u32;
     // u64 elements keep the control buffer aligned for cmsghdr.
-    let mut control = [0u64; 8];
+    let mut control = [0u64; 12];
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
     let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
@@ -559,7 +560,7 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) 
     if !raw.is_empty() {
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = space as _;
-        // SAFETY: the control buffer (64 bytes) holds CMSG_SPACE of up to MAX_PASSED_FDS
+        // SAFETY: the control buffer (96 bytes) holds CMSG_SPACE of up to MAX_PASSED_FDS
         // ints, so the first header and its data lie inside it; CMSG_FIRSTHDR is non-null
         // because msg_controllen >= sizeof(cmsghdr).
         unsafe {
@@ -594,12 +595,32 @@ pub struct Received {
     pub len: usize,
     pub truncated: bool,
     pub fds: Vec<OwnedFd>,
+    /// The sender's pid in this process's PID namespace, when it sent its credentials
+    /// (`SCM_CREDENTIALS`; the kernel checked and translated them) and the socket has
+    /// `SO_PASSCRED` ([`set_passcred`]).
+    pub pid: Option<libc::pid_t>,
+}
+
+/// Sets `SO_PASSCRED`: messages received on `sock` carry their sender's checked credentials.
+pub fn set_passcred(sock: BorrowedFd<'_>) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: a valid pointer to an int and its size.
+    check(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
 }
 
 /// recvmsg(2) of one message into `buf`, taking ownership of any fds attached to it.
 /// `len == 0` with no fds means the peer closed its end.
 pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<Received> {
-    let mut control = [0u64; 8];
+    let mut control = [0u64; 24];
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     // SAFETY: an all-zero msghdr is valid; fields are set below.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -611,12 +632,18 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<Received> {
     // the duration of the call.
     let r = check_long(unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) } as libc::c_long)?;
     let mut fds = Vec::new();
+    let mut pid = None;
     // SAFETY: the kernel filled `control` up to msg_controllen; CMSG_FIRSTHDR/NXTHDR only
     // return headers inside it, and each SCM_RIGHTS header's data holds
-    // (cmsg_len - CMSG_LEN(0)) / sizeof(int) fds that are now ours.
+    // (cmsg_len - CMSG_LEN(0)) / sizeof(int) fds that are now ours; an SCM_CREDENTIALS
+    // header's data is one `ucred`.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_CREDENTIALS {
+                let cred = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::ucred>());
+                pid = Some(cred.pid);
+            }
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
                 let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 let data = libc::CMSG_DATA(c).cast::<RawFd>();
@@ -627,7 +654,7 @@ pub fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> io::Result<Received> {
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok(Received { len: r as usize, truncated: msg.msg_flags & libc::MSG_TRUNC != 0, fds })
+    Ok(Received { len: r as usize, truncated: msg.msg_flags & libc::MSG_TRUNC != 0, fds, pid })
 }
 
 /// poll(2) for input on one fd; Ok(false) on timeout.

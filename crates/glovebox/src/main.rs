@@ -117,6 +117,11 @@ struct ServeArgs {
     /// start to re-adopt).
     #[arg(long, env = "GLOVEBOX_DESTROY_ON_EXIT")]
     destroy_on_exit: bool,
+    /// Give code-interpreter sandboxes their python kernel forked from a zygote of their
+    /// tenant and template (shares the imported libraries' memory; experimental, off by
+    /// default; docs/benchmarks.md).
+    #[arg(long, env = "GLOVEBOX_CODE_ZYGOTE")]
+    code_zygote: bool,
     /// How long records of finished commands and ended sandboxes are kept, in seconds.
     #[arg(long, default_value_t = 86_400, env = "GLOVEBOX_RETENTION_S")]
     retention_s: u64,
@@ -159,6 +164,9 @@ impl ServeArgs {
         }
         if let Some(v) = f.destroy_on_exit.filter(|_| may("destroy_on_exit")) {
             self.destroy_on_exit = v;
+        }
+        if let Some(v) = f.code_zygote.filter(|_| may("code_zygote")) {
+            self.code_zygote = v;
         }
         if let Some(v) = f.retention_s.filter(|_| may("retention_s")) {
             self.retention_s = v;
@@ -468,6 +476,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         cfg.defaults = a.limits.clone();
         cfg.warm_pool = a.warm_pool;
         cfg.link_pool = a.link_pool;
+        cfg.code_zygote = a.code_zygote;
         cfg.retention = std::time::Duration::from_secs(a.retention_s);
         cfg.default_isolation = a.default_isolation;
     })?;

@@ -77,6 +77,8 @@ pub struct Jail {
     /// Whether shells are linked ahead from the start (every gVisor boot takes one), not
     /// only from the first create that wants one.
     link_from_start: bool,
+    /// The python kernel zygotes of code-interpreter sandboxes (`Spec::zygote`).
+    zygotes: super::zygotes::Zygotes,
 }
 
 /// The cgroup limits for a sandbox's limits.
@@ -204,6 +206,7 @@ impl Jail {
             agent_exe,
             gvisor: super::gvisor::Runsc::detect(),
             link_from_start: false,
+            zygotes: Default::default(),
         })
     }
 
@@ -255,6 +258,7 @@ impl Jail {
             resolv_conf: ahead.then(|| crate::net::resolv_conf(shell.slot.index)),
             volumes: spec.volumes.clone(),
             disk_image: None,
+            userns: None,
         }
     }
 }
@@ -308,8 +312,31 @@ impl Backend for Jail {
                 tracing::debug!(sandbox = %shell.id, "background cpu weight: {e}");
             }
         }
-        let netns = netns.or_else(|| if self.host.make_ahead { self.netns.take() } else { self.netns.take_last() });
+        // Its python kernel forked from its template's zygote: the sandbox is built inside the
+        // user namespace the zygote's child made, and in a network namespace made there too
+        // (one made ahead is the host's user namespace's, which the child could not join).
+        let forked = match &spec.zygote {
+            Some(w) if !spec.background && !spec.link && spec.upper.is_none() => {
+                let host = self.host.clone();
+                let make = move |id: String, cl: &cgroup::Limits| host.make_shell(id, cl);
+                let mk = super::zygotes::Maker {
+                    agent: &self.agent_exe,
+                    skel,
+                    cpu_quota: self.host.defaults.cpu_quota,
+                    shell: &make,
+                };
+                self.zygotes.child(w, spec, shell.slot.uid_base(), &mk)
+            }
+            _ => None,
+        };
+        let netns = match forked {
+            Some(_) => None,
+            None => netns.or_else(|| if self.host.make_ahead { self.netns.take() } else { self.netns.take_last() }),
+        };
         let mut jc = self.config(spec, &shell, netns.as_ref(), ahead);
+        if let Some(ns) = forked.as_ref().and_then(|f| f.userns()) {
+            jc.userns = Some(PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), ns.as_raw_fd())));
+        }
         let image = match (in_memory(&spec.limits) || spec.upper.is_some(), &self.disks) {
             (true, _) => Ok(None),
             (false, Ok(dir)) => make_disk_image(dir, &shell.id, spec.limits.disk_mb).map(Some),
@@ -345,9 +372,26 @@ impl Backend for Jail {
         };
         let pidfd = rustix::process::Pid::from_raw(pid)
             .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        let kernel = match (forked, &spec.zygote) {
+            (Some(f), Some(w)) => {
+                let filters = [&self.agent_seccomp, &self.seccomp];
+                match super::zygotes::hand_off(f, &shell.cgroup.procs_files(), pid, w, spec.limits.pids, filters) {
+                    Ok(k) => {
+                        tracing::info!(sandbox = %shell.id, tenant = %w.tenant, "python kernel forked from the zygote");
+                        Some(k)
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %shell.id, "python kernel from the zygote: {e}; the agent starts one");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         let Shell { id, slot, dir, cgroup, .. } = shell;
         let ahead = ahead.then(|| self.host.net.clone());
-        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead }))
+        let kernel = std::sync::Mutex::new(kernel);
+        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead, kernel }))
     }
 
     /// Checks, in order: PID 1 is the very process recorded (pid and start time, through a
@@ -383,6 +427,7 @@ impl Backend for Jail {
             cgroup,
             slot,
             ahead: None,
+            kernel: Default::default(),
         }))
     }
 
@@ -487,6 +532,7 @@ impl Backend for Jail {
     }
 
     fn close(&self) {
+        self.zygotes.close();
         self.host.shells.close();
         self.host.linked.close(&self.host.net);
     }

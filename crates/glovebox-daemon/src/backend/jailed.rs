@@ -30,6 +30,8 @@ pub(super) struct Jailed {
     /// Started in a network namespace linked ahead: the rules it was linked with are this
     /// backend's to remove (see [`Instance::linked_ahead`]).
     pub(super) ahead: Option<Arc<Net>>,
+    /// Its python kernel forked from its template's zygote, until a kernel takes it.
+    pub(super) kernel: std::sync::Mutex<Option<crate::kernels::Forked>>,
 }
 
 impl Instance for Jailed {
@@ -75,6 +77,10 @@ impl Instance for Jailed {
 
     fn oom_kills(&self) -> u64 {
         self.cgroup.oom_kills().unwrap_or(0)
+    }
+
+    fn forked_kernel(&self) -> Option<&std::sync::Mutex<Option<crate::kernels::Forked>>> {
+        Some(&self.kernel)
     }
 
     fn set_limits(&self, limits: &Limits) -> Result<()> {

@@ -14,6 +14,7 @@ pub mod jail;
 mod jailed;
 pub(crate) mod made_ahead;
 mod skel;
+mod zygotes;
 
 #[cfg(test)]
 pub(crate) mod fake;
@@ -45,6 +46,18 @@ pub struct Spec {
     pub volumes: Vec<glovebox_jail::config::Volume>,
     /// Which kernel its processes run on.
     pub isolation: glovebox_proto::api::Isolation,
+    /// Its python kernel from the zygote of this tenant and template (`Config::code_zygote`),
+    /// where the backend can: the modules it preloads, and whose zygote.
+    pub zygote: Option<ZygoteWant>,
+}
+
+/// Which zygote a sandbox's python kernel comes from: one per tenant and template, never
+/// shared (the zygote runs the template's code and holds every capability over the user
+/// namespaces of the sandboxes it seeds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZygoteWant {
+    pub tenant: String,
+    pub preload: String,
 }
 
 /// One running sandbox as its backend holds it.
@@ -69,6 +82,11 @@ pub trait Instance: Send + Sync {
     fn stats(&self) -> Option<Stats>;
     fn cpu_usage_usec(&self) -> Option<u64>;
     fn oom_kills(&self) -> u64;
+    /// The python kernel its backend forked into it from its template's zygote, until the
+    /// sandbox's first python kernel takes it (`kernels::Target::forked`).
+    fn forked_kernel(&self) -> Option<&std::sync::Mutex<Option<crate::kernels::Forked>>> {
+        None
+    }
     /// Applies new resource limits (a warm sandbox handed out with other limits than its boot's).
     fn set_limits(&self, limits: &Limits) -> Result<()>;
     /// Lowest (`true`) or normal CPU weight.

@@ -179,7 +179,7 @@ impl Manager {
         let (booted, warm, attached) = match warm {
             Some(b) => (b, true, false),
             None => {
-                let wants = Wants { link, volumes: binds, isolation };
+                let wants = Wants { link, volumes: binds, isolation, tenant: tenant.to_string() };
                 let (b, attached) = self.boot_for_request(&limits, &tpl, upper, wants).await?;
                 (b, false, attached)
             }
@@ -275,10 +275,17 @@ impl Manager {
         upper: Option<PathBuf>,
         w: Wants,
     ) -> Result<(Booted, bool)> {
+        let zygote = match (&tpl.preload, self.cfg.code_zygote, &upper, w.link.is_some(), w.isolation) {
+            (Some(preload), true, None, false, api::Isolation::Process) => {
+                Some(crate::backend::ZygoteWant { tenant: w.tenant.clone(), preload: preload.clone() })
+            }
+            _ => None,
+        };
         let spec = crate::backend::Spec {
             link: w.link.is_some(),
             volumes: w.volumes,
             isolation: w.isolation,
+            zygote,
             ..self.spec(limits, tpl, upper, false)
         };
         let link = w.link;
@@ -328,6 +335,8 @@ struct Wants {
     /// The policy and audit of a policy that needs a network link.
     link: Option<(Policy, Arc<crate::egress::Egress>)>,
     volumes: Vec<glovebox_jail::config::Volume>,
+    /// Whose sandbox it is (its python kernel's zygote is its tenant's own).
+    tenant: String,
     isolation: api::Isolation,
 }
 

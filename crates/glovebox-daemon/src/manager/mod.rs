@@ -97,6 +97,10 @@ pub struct Config {
     pub preview_domain: String,
     /// The tier of sandboxes whose create names none and whose template names none either.
     pub default_isolation: glovebox_proto::api::Isolation,
+    /// Code-interpreter sandboxes (a template that preloads python modules) get their python
+    /// kernel forked from a zygote of their tenant and template (`backend::zygotes`), where
+    /// the backend can; any failure falls back to the kernel the agent starts. Off by default.
+    pub code_zygote: bool,
 }
 
 impl Config {
@@ -113,6 +117,7 @@ impl Config {
             retention: Duration::from_secs(24 * 3600),
             preview_domain: crate::ports::DEFAULT_DOMAIN.to_string(),
             default_isolation: glovebox_proto::api::Isolation::Process,
+            code_zygote: false,
             // Absolute: the jailer resolves layer paths from its own working directory.
             shared_templates: std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
                 .map(|d| std::path::absolute(&d).unwrap_or_else(|_| PathBuf::from(d))),

@@ -202,7 +202,7 @@ impl Manager {
     /// Starts a warm sandbox's python kernel (when its template preloads one) and pools it.
     async fn warm_up(&self, b: Booted, tpl: &Template) {
         if let Some(p) = &tpl.preload {
-            let target = crate::kernels::Target { id: b.host.id(), socket: b.host.agent_socket() };
+            let target = crate::kernels::Target { id: b.host.id(), socket: b.host.agent_socket(), forked: None };
             if let Err(e) = crate::kernels::prewarm(&b.kernels, &target, Some(p)).await {
                 tracing::warn!(sandbox = %b.host.id(), "warm kernel: {e}");
                 tokio::task::spawn_blocking(move || b.discard());
@@ -237,6 +237,8 @@ impl Manager {
             link: false,
             volumes: Vec::new(),
             isolation: glovebox_proto::api::Isolation::Process,
+            // Warm sandboxes keep the kernel the agent starts (it is warm by then anyway).
+            zygote: None,
         }
     }
 

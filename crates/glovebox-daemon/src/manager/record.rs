@@ -233,7 +233,7 @@ impl Sb {
     }
 
     pub fn target(&self) -> crate::kernels::Target<'_> {
-        crate::kernels::Target { id: &self.id, socket: self.host.agent_socket() }
+        crate::kernels::Target { id: &self.id, socket: self.host.agent_socket(), forked: self.host.forked_kernel() }
     }
 
     /// The sandbox's host-wide slot (names its network link).

@@ -544,6 +544,8 @@ thread_local! {
     static PRELUDE: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
     /// The daemon's default isolation, if not [`test_isolation`].
     static ISOLATION: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+    /// Start the daemon with `--code-zygote`.
+    static CODE_ZYGOTE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn warm_pool() -> usize {
@@ -603,6 +605,15 @@ impl Daemon {
         ISOLATION.with(|k| k.set(Some(tier)));
         let d = Daemon::start();
         ISOLATION.with(|k| k.set(None));
+        d
+    }
+
+    /// A daemon whose code-interpreter sandboxes get their python kernel forked from a
+    /// zygote of their tenant and template (`--code-zygote`).
+    pub fn start_with_code_zygote() -> Daemon {
+        CODE_ZYGOTE.with(|k| k.set(true));
+        let d = Daemon::start();
+        CODE_ZYGOTE.with(|k| k.set(false));
         d
     }
 
@@ -671,6 +682,7 @@ impl Daemon {
                 .args(if keep { &[][..] } else { &["--destroy-on-exit"][..] })
                 .args(router_port.iter().flat_map(|p| ["--router-listen".to_string(), format!("127.0.0.1:{p}")]))
                 .args(["--default-isolation", ISOLATION.with(|k| k.get()).unwrap_or_else(test_isolation)])
+                .args(if CODE_ZYGOTE.with(|k| k.get()) { &["--code-zygote"][..] } else { &[][..] })
                 .env_remove("GLOVEBOX_URL")
                 .env_remove("GLOVEBOX_API_KEY")
                 .env_remove("GLOVEBOX_DATA_DIR")

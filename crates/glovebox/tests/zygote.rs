@@ -1,0 +1,337 @@
+//! Python kernels forked from a per-tenant, per-template zygote (`glovebox serve
+//! --code-zygote`), end to end on a real daemon: a forked kernel is as confined as the kernel
+//! the agent starts and as any command, each tenant gets a zygote of its own, a killed zygote
+//! only costs the fallback (the agent's kernel) until it is started again, and cells give the
+//! same results either way. Needs root and the code-interpreter template (scripts/test builds
+//! it); without it the tests say so and stop.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn have_ci_template() -> bool {
+    let ok = std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
+        .map(|d| std::path::Path::new(&d).join("templates/code-interpreter.json").is_file())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED: no code-interpreter template (scripts/test builds it: scripts/build-code-interpreter)");
+    }
+    ok
+}
+
+fn as_key(d: &Daemon, key: Option<&str>, m: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut rb = match key {
+        Some(k) => d.req_noauth(m, path).bearer_auth(k),
+        None => d.req(m, path),
+    };
+    if let Some(b) = body {
+        rb = rb.json(b);
+    }
+    d.send(rb)
+}
+
+fn cell(d: &Daemon, key: Option<&str>, id: &str, code: &str) -> Value {
+    let (st, v) = as_key(d, key, Method::POST, &format!("/v1/sandboxes/{id}/code"), Some(&json!({ "code": code })));
+    assert_eq!(st, 200, "run_code: {v}");
+    v
+}
+
+fn stdout(ex: &Value) -> String {
+    ex["logs"]["stdout"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default()
+}
+
+/// The ids of the zygotes the daemon started, by tenant (from its log), registered for the
+/// leak check.
+fn zygotes(d: &Daemon) -> BTreeMap<String, Vec<String>> {
+    let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in d.log().lines().filter(|l| l.contains("python kernel zygote started")) {
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .map(|v| v.trim_matches('"').to_string())
+        };
+        if let (Some(t), Some(z)) = (field("tenant"), field("zygote")) {
+            d.register(&z);
+            by.entry(t).or_default().push(z);
+        }
+    }
+    by
+}
+
+/// Creates code-interpreter sandboxes (as `key`'s tenant) until one has its python kernel
+/// forked from the zygote and serving (the first create starts the zygote and gets the
+/// agent's kernel meanwhile); the others are destroyed. Bounded.
+fn forked_sandbox(d: &Daemon, key: Option<&str>) -> String {
+    let body = sandbox_body(json!({ "template": "code-interpreter" }));
+    let got = poll(Duration::from_secs(90), Duration::from_millis(200), || {
+        let (st, v) = as_key(d, key, Method::POST, "/v1/sandboxes", Some(&body));
+        assert_eq!(st, 201, "{v}");
+        let id = v["id"].as_str().expect("id").to_string();
+        d.register(&id);
+        // Whether it got a forked kernel is logged during its boot, before the create answers.
+        let line = |what: &str| d.log().lines().any(|l| l.contains(what) && l.contains(&format!("sandbox={id}")));
+        if line("python kernel forked from the zygote") {
+            let ready = poll(Duration::from_secs(20), Duration::from_millis(50), || {
+                if line("forked python kernel:") {
+                    return Some(false);
+                }
+                line("python kernel from the zygote ready").then_some(true)
+            });
+            assert_eq!(ready, Some(true), "the forked kernel of {id} did not serve:\n{}", d.log());
+            return Some(id);
+        }
+        let _ = as_key(d, key, Method::DELETE, &format!("/v1/sandboxes/{id}"), None);
+        std::thread::sleep(Duration::from_millis(500));
+        None
+    });
+    got.unwrap_or_else(|| panic!("no sandbox got a kernel from the zygote within 90 s:\n{}", d.log()))
+}
+
+/// What a process is, read from inside: its status lines that confinement sets, its
+/// namespaces, its mount table, the processes it sees, its fds' kinds, its environment's
+/// names. The same program runs as a cell and as a command (`python3 -c`).
+const INSPECT: &str = r#"
+import json, os
+st = {}
+for line in open("/proc/self/status"):
+    k, _, v = line.partition(":")
+    if k in ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs",
+             "Seccomp", "Seccomp_filters"):
+        st[k] = " ".join(v.split())
+ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in sorted(os.listdir("/proc/self/ns"))}
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+cmdlines = []
+for p in pids:
+    if p == os.getpid():
+        continue
+    try:
+        cmdlines.append(open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode())
+    except OSError:
+        pass
+fds = {}
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        t = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        continue
+    kind = t.split(":")[0] if ":" in t and not t.startswith("/") else t
+    fds[kind] = fds.get(kind, 0) + 1
+try:
+    os.kill(1, 0)
+    signal_pid1 = "ok"
+except OSError as e:
+    signal_pid1 = e.errno
+print("INSPECT" + json.dumps({
+    "status": st, "ns": ns, "mountinfo": open("/proc/self/mountinfo").read(), "cmdlines": cmdlines,
+    "fds": fds, "env": sorted(os.environ), "environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+    "cgroup": open("/proc/self/cgroup").read(), "net": sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]),
+    "signal_pid1": signal_pid1, "limits": open("/proc/self/limits").read(),
+}))
+"#;
+
+fn inspected(text: &str) -> Value {
+    let line = text.lines().find_map(|l| l.strip_prefix("INSPECT")).unwrap_or_else(|| panic!("no report in {text:?}"));
+    serde_json::from_str(line).expect("report")
+}
+
+fn inspect_cell(d: &Daemon, id: &str, context: Option<&str>) -> Value {
+    let mut body = json!({ "code": INSPECT });
+    if let Some(c) = context {
+        body["context_id"] = json!(c);
+    }
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/code"), &body);
+    assert_eq!(st, 200, "{v}");
+    assert!(v["error"].is_null(), "{v}");
+    inspected(&stdout(&v))
+}
+
+#[test]
+fn a_forked_kernel_is_confined_like_a_command_and_a_started_kernel() {
+    require_root!();
+    if !have_ci_template() {
+        return;
+    }
+    let d = Daemon::start_with_code_zygote();
+    let id = forked_sandbox(&d, None);
+    let forked = inspect_cell(&d, &id, None);
+    // The kernel the agent starts, in the same sandbox (a context of its own directory is
+    // never the forked one), and a command.
+    let (st, ctx) = d.post(&format!("/v1/sandboxes/{id}/contexts"), &json!({ "language": "python", "cwd": "/tmp" }));
+    assert_eq!(st, 201, "{ctx}");
+    let started = inspect_cell(&d, &id, ctx["id"].as_str());
+    let r = d.exec(&id, json!({ "cmd": ["python3", "-c", INSPECT] }));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let command = inspected(r["stdout"].as_str().unwrap_or_default());
+
+    for (what, other) in [("the started kernel", &started), ("a command", &command)] {
+        assert_eq!(forked["status"], other["status"], "credentials, capabilities, no_new_privs, seccomp vs {what}");
+        assert_eq!(forked["ns"], other["ns"], "every namespace vs {what}");
+        assert_eq!(forked["mountinfo"], other["mountinfo"], "mount table vs {what}");
+        assert_eq!(forked["net"], other["net"], "network interfaces vs {what}");
+        assert_eq!(forked["limits"], other["limits"], "resource limits vs {what}");
+    }
+    // In the sandbox's cgroups (at the root of its cgroup namespace: the agent's level; a
+    // command's are a child of it each).
+    for line in forked["cgroup"].as_str().unwrap_or_default().lines() {
+        assert!(line.ends_with(":/"), "the forked kernel's cgroup: {line}");
+    }
+    let s = &forked["status"];
+    for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(s[k], "0000000000000000", "{k}: {s}");
+    }
+    assert_eq!(s["NoNewPrivs"], "1", "{s}");
+    assert_eq!(s["Seccomp"], "2", "{s}");
+    assert_eq!(s["Uid"], "0 0 0 0", "{s}");
+    assert_eq!(forked["net"], json!(["lo"]), "a deny-all sandbox has loopback only");
+    // The host's view: the kernel runs as the sandbox's uid 0, i.e. its range's base.
+    let range = d.uid_range(&id).expect("uid range");
+    let kernel_host = processes_of(&id).into_iter().filter(|p| p.comm.starts_with("python")).collect::<Vec<_>>();
+    assert!(!kernel_host.is_empty(), "the kernels are the sandbox's processes");
+    for p in &kernel_host {
+        assert_eq!(p.uid, range.0, "a kernel runs as the sandbox's root, no other host uid: {p:?}");
+    }
+    // Nothing of the zygote's or the host's: no process of it in view, nothing of the daemon's
+    // environment, only pipes, /dev/null and its own files as fds.
+    let cmdlines = forked["cmdlines"].as_array().cloned().unwrap_or_default();
+    for c in &cmdlines {
+        let c = c.as_str().unwrap_or_default();
+        assert!(
+            c.starts_with("glovebox-agent ") || c.starts_with("python3 /opt/glovebox/kernels/python_kernel.py"),
+            "the forked kernel sees {c:?}: {cmdlines:?}"
+        );
+        assert!(!c.contains("zygote"), "{cmdlines:?}");
+    }
+    assert!(!forked["environ"].as_str().unwrap_or_default().contains(&d.canary), "the daemon's environment leaked");
+    assert_eq!(forked["env"], started["env"], "the same environment as the started kernel");
+    for (kind, _) in forked["fds"].as_object().cloned().unwrap_or_default() {
+        assert!(
+            kind == "pipe" || kind == "/dev/null" || kind == "anon_inode" || kind.starts_with("/proc/"),
+            "a forked kernel's fd is {kind:?}: {}",
+            forked["fds"]
+        );
+    }
+    // Landlock is in force: the agent's rules scope signals to their domain, and the forked
+    // kernel's domain (the same rules, made for it) is not the agent's, so PID 1 is out of its
+    // reach, where a command (in the agent's domain) may signal it.
+    assert_eq!(command["signal_pid1"], "ok", "{command}");
+    assert_eq!(forked["signal_pid1"], 1, "EPERM from the Landlock scope: {forked}");
+    assert_eq!(zygotes(&d).len(), 1, "its zygote is in the leak check");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn tenants_get_zygotes_of_their_own() {
+    require_root!();
+    if !have_ci_template() {
+        return;
+    }
+    let d = Daemon::start_with_code_zygote();
+    let key = |t: &str| {
+        let (st, v) = d.post("/v1/keys", &json!({ "tenant": t, "name": "test" }));
+        assert_eq!(st, 201, "{v}");
+        v["key"].as_str().unwrap().to_string()
+    };
+    let (ka, kb) = (key("tenant-a"), key("tenant-b"));
+    let a = forked_sandbox(&d, Some(&ka));
+    let b = forked_sandbox(&d, Some(&kb));
+    let zs = zygotes(&d);
+    let (za, zb) = (zs.get("tenant-a").cloned().unwrap_or_default(), zs.get("tenant-b").cloned().unwrap_or_default());
+    assert_eq!((za.len(), zb.len()), (1, 1), "one zygote each: {zs:?}");
+    assert_ne!(za, zb);
+    // Distinct host uids (each zygote holds a uid slot of its own), and neither a sandbox's.
+    let uid_of = |z: &str| processes_of(z).first().map(|p| p.uid).unwrap_or_else(|| panic!("zygote {z} runs"));
+    let (ua, ub) = (uid_of(&za[0]), uid_of(&zb[0]));
+    assert_ne!(ua, ub);
+    for id in [&a, &b] {
+        let r = d.uid_range(id).expect("range");
+        assert!(!(r.0..r.0 + r.1).contains(&ua) && !(r.0..r.0 + r.1).contains(&ub), "zygote uid in a sandbox's range");
+    }
+    for z in za.iter().chain(zb.iter()) {
+        assert!(processes_of(z).iter().all(|p| p.uid == uid_of(z)), "a zygote's processes are its uid's only");
+    }
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn a_killed_zygote_falls_back_to_the_started_kernel_and_comes_back() {
+    require_root!();
+    if !have_ci_template() {
+        return;
+    }
+    let d = Daemon::start_with_code_zygote();
+    let first = forked_sandbox(&d, None);
+    let z = zygotes(&d).get("default").and_then(|v| v.first().cloned()).expect("a zygote");
+    let procs = processes_of(&z);
+    assert!(!procs.is_empty(), "zygote {z} runs");
+    for p in &procs {
+        let _ = std::process::Command::new("kill").args(["-9", &p.pid.to_string()]).status();
+    }
+    // The sandbox it seeded keeps working (its kernel is the sandbox's, not the zygote's).
+    let ex = cell(&d, None, &first, "import pandas as pd; print(pd.DataFrame({'a': [1, 2]}).a.sum())");
+    assert_eq!(stdout(&ex), "3\n", "{ex}");
+    // The next create gets the agent's kernel (and says why), and works.
+    let (st, v) = d.post("/v1/sandboxes", &sandbox_body(json!({ "template": "code-interpreter" })));
+    assert_eq!(st, 201, "{v}");
+    let next = v["id"].as_str().unwrap().to_string();
+    d.register(&next);
+    let ex = cell(&d, None, &next, "import numpy as np; print(int(np.arange(4).sum()))");
+    assert_eq!(stdout(&ex), "6\n", "{ex}");
+    // Found dead, or failing a fork while it died: replaced either way.
+    assert!(d.log().contains("; starting another"), "{}", d.log());
+    // And a zygote is back.
+    let again = forked_sandbox(&d, None);
+    assert_ne!(again, first);
+    let all = zygotes(&d);
+    assert_eq!(all.get("default").map(|v| v.len()), Some(2), "{all:?}");
+    d.shutdown_and_check_leaks();
+}
+
+#[test]
+fn cells_give_the_same_results_from_a_forked_and_a_started_kernel() {
+    require_root!();
+    if !have_ci_template() {
+        return;
+    }
+    let cells = [
+        "x = 41\nx + 1",
+        "import numpy as np, pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.5, 6.25]})\ndf",
+        "print(df.describe().loc['mean'].to_dict())",
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()",
+        "{'k': [1, 2], 'n': None}",
+        "1/0",
+        "import os\nos.getcwd(), os.getuid()",
+        "!echo shell",
+    ];
+    let run = |d: &Daemon, id: &str| -> Vec<Value> {
+        cells
+            .iter()
+            .map(|c| {
+                let mut ex = cell(d, None, id, c);
+                // PNG bytes are compared as present, not byte for byte (fonts' hinting cache).
+                for r in ex["results"].as_array_mut().into_iter().flatten() {
+                    if let Some(p) = r["data"].get_mut("image/png") {
+                        *p = json!(!p.as_str().unwrap_or_default().is_empty());
+                    }
+                }
+                ex
+            })
+            .collect()
+    };
+    let z = Daemon::start_with_code_zygote();
+    let forked = forked_sandbox(&z, None);
+    let with_zygote = run(&z, &forked);
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({ "template": "code-interpreter" })));
+    let without = run(&d, &id);
+    for ((c, a), b) in cells.iter().zip(&with_zygote).zip(&without) {
+        assert_eq!(a, b, "cell {c:?}: forked {a} vs started {b}");
+    }
+    assert_eq!(zygotes(&z).len(), 1, "its zygote is in the leak check");
+    z.shutdown_and_check_leaks();
+    d.shutdown_and_check_leaks();
+}
