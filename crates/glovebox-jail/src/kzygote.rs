@@ -160,6 +160,8 @@ pub struct Running {
     pub child: std::process::Child,
     ctl: OwnedFd,
     ready: bool,
+    /// The zygote's host uid (its children's too).
+    uid: u32,
 }
 
 /// Starts a zygote: `agent` is the agent binary; `log` takes its stdout and stderr.
@@ -190,7 +192,7 @@ pub fn spawn(agent: &Path, cfg: &ZygoteConfig, log: std::fs::File) -> std::io::R
         let _ = child.wait();
         return Err(std::io::Error::other("could not send the zygote its config"));
     }
-    Ok(Running { child, ctl: ours, ready: false })
+    Ok(Running { child, ctl: ours, ready: false, uid: cfg.uid })
 }
 
 impl Running {
@@ -219,15 +221,24 @@ impl Running {
         drop(theirs);
         let pid = expect(&ours, b"c")?.pid.ok_or_else(|| std::io::Error::other("the child sent no credentials"))?;
         let pidfd = pidfd_open(pid)?;
-        let mut f = Forked { pid, pidfd, chan: ours, userns: None };
+        // The process's /proc directory, held open: every file below is read through it, so
+        // all of them are that one process's even if it dies and its pid is reused meanwhile
+        // (opening through a dead process's directory fails). A pid the zygote's code sent
+        // could name another process by the time it is opened; what is opened must be a child
+        // of this zygote and run as its uid, or nothing is written.
+        let dir = std::fs::File::open(format!("/proc/{pid}"))?;
+        if !is_child_of(&std::fs::read_to_string(proc_path(&dir, "status"))?, self.child.id(), self.uid) {
+            return Err(std::io::Error::other("the pid the zygote's child sent is not a child of that zygote"));
+        }
+        let mut f = Forked { pid, pidfd, chan: ours, userns: None, proc_dir: dir };
         expect(&f.chan, b"u")?;
-        // Opened before the maps are written: the maps go to the namespace held here (the
-        // pid is the zygote's child, blocked on us, so it is the child that answered).
-        let userns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
+        // Opened before the maps are written: the maps go to the namespace held here.
+        let at = |name: &str| proc_path(&f.proc_dir, name);
+        let userns = std::fs::File::open(at("ns/user"))?;
         let map = format!("0 {base} {count}\n");
         // Either write fails if the child (or anyone) wrote a map first: one write each.
-        std::fs::write(format!("/proc/{pid}/uid_map"), &map)?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), &map)?;
+        std::fs::write(at("uid_map"), &map)?;
+        std::fs::write(at("gid_map"), &map)?;
         f.userns = Some(userns.into());
         Ok(f)
     }
@@ -261,6 +272,8 @@ pub struct Forked {
     pidfd: OwnedFd,
     chan: OwnedFd,
     userns: Option<OwnedFd>,
+    /// Its `/proc` directory (see [`Running::fork`]).
+    proc_dir: std::fs::File,
 }
 
 impl Forked {
@@ -281,6 +294,9 @@ impl Forked {
         stdio: [BorrowedFd<'_>; 3],
         landlock: Option<BorrowedFd<'_>>,
     ) -> std::io::Result<libc::pid_t> {
+        // A cgroup takes a pid number: the child is checked alive through its held /proc
+        // directory first (it is blocked on us; gone, its pid could name another process).
+        std::fs::read_to_string(proc_path(&self.proc_dir, "status"))?;
         for p in procs {
             std::fs::write(p, self.pid.to_string())?;
         }
@@ -337,4 +353,36 @@ fn expect(sock: &OwnedFd, want: &[u8]) -> std::io::Result<sys::Received> {
         )));
     }
     Ok(r)
+}
+
+/// A file of the process whose `/proc/PID` directory `dir` is: opened through it, it is that
+/// process's or fails (`ESRCH`) once it is gone, whatever the pid names by then.
+fn proc_path(dir: &std::fs::File, name: &str) -> String {
+    format!("/proc/self/fd/{}/{name}", dir.as_raw_fd())
+}
+
+/// Whether `status` (a `/proc/PID/status`) is that of a child of `parent` whose real,
+/// effective, saved and filesystem uids are all `uid`.
+fn is_child_of(status: &str, parent: u32, uid: u32) -> bool {
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
+    let ppid = field("PPid:").and_then(|mut f| f.next()).and_then(|p| p.parse::<u32>().ok());
+    let uids: Vec<Option<u32>> = field("Uid:").map(|f| f.map(|u| u.parse().ok()).collect()).unwrap_or_default();
+    ppid == Some(parent) && uids.len() == 4 && uids.iter().all(|u| *u == Some(uid))
+}
+
+#[cfg(test)]
+mod child_check_tests {
+    use super::is_child_of;
+
+    const STATUS: &str = "Name:\tpython3\nPid:\t900\nPPid:\t812\nUid:\t200000\t200000\t200000\t200000\nGid:\t200000\t200000\t200000\t200000\n";
+
+    #[test]
+    fn only_a_child_of_the_zygote_running_as_its_uid_passes() {
+        assert!(is_child_of(STATUS, 812, 200000));
+        assert!(!is_child_of(STATUS, 813, 200000), "another parent");
+        assert!(!is_child_of(STATUS, 812, 0), "another uid");
+        let mixed = STATUS.replace("Uid:\t200000\t200000\t200000\t200000", "Uid:\t200000\t0\t200000\t200000");
+        assert!(!is_child_of(&mixed, 812, 200000), "one uid differs");
+        assert!(!is_child_of("Name:\tx\n", 812, 200000), "no fields");
+    }
 }
