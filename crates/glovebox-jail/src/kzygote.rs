@@ -15,8 +15,8 @@
 //! Steps, in one process: join its own cgroups; unshare mount, network, IPC, UTS and cgroup
 //! namespaces (not PID: see `launch`); build the root, pivot_root, a /proc showing only its
 //! own processes; rlimits; close every fd but 0-3; drop every capability (bounding set
-//! too), setuid to its uid, no_new_privs; exec `python3 python_kernel.py` (in zygote mode, by
-//! its environment).
+//! too), setuid to its uid, no_new_privs, its seccomp filter (`seccomp/zygote.json`); exec
+//! `python3 python_kernel.py` (in zygote mode, by its environment).
 
 use std::ffi::CString;
 use std::io::Read;
@@ -136,6 +136,11 @@ fn launch(cfg: &ZygoteConfig) -> Result<std::convert::Infallible> {
     sys::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong).ctx("clear ambient")?;
     sys::setresuid(cfg.uid).ctx("setresuid")?;
     sys::drop_all_caps().ctx("drop capabilities")?;
+    // The commands' filter plus its children's way into a sandbox (`seccomp/zygote.json`):
+    // the template's code it runs meets what the same code in a sandbox would, and every
+    // kernel forked from it keeps this filter under the commands' own.
+    let filter = crate::seccomp::compile_zygote().map_err(|e| JailError::Config(format!("zygote seccomp: {e}")))?;
+    crate::seccomp::install(&filter).map_err(|e| JailError::Config(format!("zygote seccomp: {e}")))?;
     let mut a: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
     a.push(std::ptr::null());
     let mut e: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();

@@ -45,6 +45,9 @@ pub const POLICY_JSON: &str = include_str!("../seccomp/allowlist.json");
 /// The agent's reviewed additions to [`POLICY_JSON`], as compiled into the binary.
 pub const AGENT_POLICY_JSON: &str = include_str!("../seccomp/agent.json");
 
+/// A python kernel zygote's reviewed additions to [`POLICY_JSON`] (`code_zygote`).
+pub const ZYGOTE_POLICY_JSON: &str = include_str!("../seccomp/zygote.json");
+
 /// What commands are refused beyond [`POLICY_JSON`] under a guest kernel (gVisor's sentry).
 pub const GUEST_POLICY_JSON: &str = include_str!("../seccomp/guest.json");
 
@@ -263,6 +266,12 @@ impl Policy {
     /// in `agent.json`.
     pub fn agent_embedded() -> Result<Self, SeccompError> {
         Self::parse_agent(POLICY_JSON, AGENT_POLICY_JSON)
+    }
+
+    /// A python kernel zygote's policy compiled into the binary: the commands' policy plus
+    /// the additions in `zygote.json` (same form as the agent's).
+    pub fn zygote_embedded() -> Result<Self, SeccompError> {
+        Self::parse_agent(POLICY_JSON, ZYGOTE_POLICY_JSON)
     }
 
     /// Parses the commands' policy `base` and builds the agent's on it: `agent`'s entries are
@@ -583,6 +592,15 @@ pub fn compile_agent() -> Result<BpfProgram, SeccompError> {
         return Err(SeccompError::UnsupportedArch { arch: std::env::consts::ARCH });
     }
     Policy::agent_embedded()?.to_bpf()
+}
+
+/// Builds a python kernel zygote's filter (see `zygote.json`): the launcher installs it on
+/// itself before it execs the zygote, and every kernel forked from it keeps it.
+pub fn compile_zygote() -> Result<BpfProgram, SeccompError> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(SeccompError::UnsupportedArch { arch: std::env::consts::ARCH });
+    }
+    Policy::zygote_embedded()?.to_bpf()
 }
 
 /// Builds the commands' filter for a guest kernel (see `guest.json`).
@@ -1458,6 +1476,41 @@ mod tests {
             Policy::parse_guest(POLICY_JSON, &GUEST_POLICY_JSON.replace("\"fcntl\"", "\"mount\"")).is_err(),
             "narrowing a syscall the base does not allow is refused"
         );
+    }
+
+    /// A kernel forked from a zygote runs under the zygote's filter and the commands' stacked:
+    /// where the commands' policy allows a call, so does the zygote's; where it answers with an
+    /// errno of its own, the zygote's does too or allows; the zygote's own additions are
+    /// exactly its children's way into a sandbox, and nothing else the commands are refused.
+    #[test]
+    fn the_zygote_policy_is_the_commands_plus_its_way_in() {
+        let (user, zygote) = (policy(), Policy::zygote_embedded().expect("zygote policy parses"));
+        assert_eq!(zygote.default_errno, user.default_errno);
+        let mut more = std::collections::BTreeSet::new();
+        for n in 0..=500u32 {
+            for args in arg_sets() {
+                match (user.decide(n, &args), zygote.decide(n, &args)) {
+                    (Action::Allow, z) => assert_eq!(z, Action::Allow, "nr {n} args {args:x?}"),
+                    (errno, Action::Allow) => {
+                        assert_eq!(errno, Action::Errno(libc::EPERM), "nr {n}");
+                        more.insert(n);
+                    }
+                    (errno, z) => assert_eq!(z, errno, "nr {n} args {args:x?}"),
+                }
+            }
+        }
+        let way_in: std::collections::BTreeSet<u32> =
+            ["unshare", "setns", "landlock_restrict_self"].iter().map(|n| nr(n)).collect();
+        assert_eq!(more, way_in);
+        let newuser = libc::CLONE_NEWUSER as u64;
+        assert_eq!(zygote.decide(nr("unshare"), &with(&[(0, newuser)])), Action::Allow);
+        for other in
+            [libc::CLONE_NEWNS, libc::CLONE_NEWNET, libc::CLONE_NEWPID, libc::CLONE_NEWUSER | libc::CLONE_NEWNS]
+        {
+            assert_ne!(zygote.decide(nr("unshare"), &with(&[(0, other as u64)])), Action::Allow, "unshare {other:#x}");
+        }
+        assert_compiled_matches(&zygote);
+        assert_eq!(compile_zygote().expect("compile"), zygote.to_bpf().expect("compile"));
     }
 
     #[test]

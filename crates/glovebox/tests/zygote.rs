@@ -253,6 +253,18 @@ fn tenants_get_zygotes_of_their_own() {
     }
     for z in za.iter().chain(zb.iter()) {
         assert!(processes_of(z).iter().all(|p| p.uid == uid_of(z)), "a zygote's processes are its uid's only");
+        // The template's code in a zygote runs under a seccomp filter (the commands' plus its
+        // children's way in), without capabilities, with no_new_privs.
+        for p in processes_of(z) {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", p.pid)) else { continue };
+            let field = |k: &str| {
+                status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string()).unwrap_or_default()
+            };
+            assert_eq!(field("Seccomp:"), "2", "zygote {z} pid {}: {status}", p.pid);
+            assert_eq!(field("Seccomp_filters:"), "1", "zygote {z} pid {}", p.pid);
+            assert_eq!(field("NoNewPrivs:"), "1", "zygote {z} pid {}", p.pid);
+            assert_eq!(field("CapEff:"), "0000000000000000", "zygote {z} pid {}", p.pid);
+        }
     }
     d.shutdown_and_check_leaks();
 }

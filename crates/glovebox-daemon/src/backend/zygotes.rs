@@ -181,7 +181,7 @@ fn start(want: &ZygoteWant, spec: &Spec, mk: &Maker<'_>) -> Result<Zygote, Strin
 
 /// Hands a zygote's child the sandbox booted in its user namespace (PID 1 `pid1`, cgroups
 /// `procs`): the kernel it forks there, confined like a command of the agent's (the
-/// agent's and the commands' seccomp filters, the agent's Landlock rules, uid 0 of the
+/// zygote's and the commands' seccomp filters, the agent's Landlock rules, uid 0 of the
 /// sandbox without capabilities), and the daemon's ends of its stdio.
 pub(super) fn hand_off(
     f: Forked,
@@ -191,7 +191,10 @@ pub(super) fn hand_off(
     pids: u64,
     filters: [&Option<Filter>; 2],
 ) -> Result<crate::kernels::Forked, String> {
-    let [Some(agent), Some(commands)] = filters else {
+    // The kernel keeps the zygote's filter (the commands' plus the way in: `zygote.json`), which
+    // stands where a command has the agent's (the commands' plus nothing); on top it installs
+    // the commands' own: two filters, the commands' confinement exactly, as a command has.
+    let [Some(_agent), Some(commands)] = filters else {
         return Err("no compiled seccomp filters to give the kernel".into());
     };
     let root = PathBuf::from(format!("/proc/{pid1}/root"));
@@ -212,7 +215,7 @@ pub(super) fn hand_off(
         env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         uid: 0,
         gid: 0,
-        seccomp: vec![agent.clone(), commands.clone()],
+        seccomp: vec![commands.clone()],
         // PID 1's (`glovebox_jail::jailer`), which every command inherits.
         rlimits: vec![(libc::RLIMIT_CORE, 0), (libc::RLIMIT_NOFILE, 1 << 16), (libc::RLIMIT_NPROC, pids)],
     };
