@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use glovebox_jail::config::JailConfig;
 use glovebox_jail::kzygote::{self, Forked, KernelSpec};
@@ -48,10 +48,16 @@ impl Zygote {
     }
 }
 
+/// The zygotes by tenant and template. The map's lock is held only to find or add an entry;
+/// a fork (which waits up to seconds on the zygote's child, and the zygote runs a template's
+/// code) holds only its own entry's, so one tenant's zygote never holds up another's creates.
 #[derive(Default)]
 pub(super) struct Zygotes {
-    map: Mutex<(HashMap<String, Zygote>, bool)>,
+    map: Mutex<(HashMap<String, Entry>, bool)>,
 }
+
+/// One tenant's and template's zygote, when it has one running.
+type Entry = Arc<Mutex<Option<Zygote>>>;
 
 /// What starting a zygote needs of the jail: its agent binary, its base skeleton, and a shell.
 pub(super) struct Maker<'a> {
@@ -66,13 +72,16 @@ impl Zygotes {
     /// made and mapped to the host range at `base`; `None` (logged) when there is none to
     /// give: the zygote is being started (now, if it was not running) or failed.
     pub(super) fn child(&self, want: &ZygoteWant, spec: &Spec, base: u32, mk: &Maker<'_>) -> Option<Forked> {
-        let key = key(want, spec);
-        let mut g = lock(&self.map);
-        let (map, closed) = &mut *g;
-        if *closed {
-            return None;
-        }
-        if let Some(z) = map.get_mut(&key) {
+        let entry = {
+            let mut g = lock(&self.map);
+            let (map, closed) = &mut *g;
+            if *closed {
+                return None;
+            }
+            map.entry(key(want, spec)).or_default().clone()
+        };
+        let mut slot = lock(&entry);
+        if let Some(z) = slot.as_mut() {
             if z.run.alive() {
                 if !z.run.ready() {
                     return None;
@@ -85,14 +94,16 @@ impl Zygotes {
             } else {
                 tracing::warn!(tenant = %want.tenant, "python kernel zygote exited; starting another");
             }
-            if let Some(z) = map.remove(&key) {
+            if let Some(z) = slot.take() {
                 z.end();
             }
         }
+        // Closed meanwhile: `close` has taken (or will take) this entry; start nothing.
+        if lock(&self.map).1 {
+            return None;
+        }
         match start(want, spec, mk) {
-            Ok(z) => {
-                map.insert(key, z);
-            }
+            Ok(z) => *slot = Some(z),
             Err(e) => tracing::warn!(tenant = %want.tenant, "python kernel zygote: {e}"),
         }
         None
@@ -100,13 +111,17 @@ impl Zygotes {
 
     /// Ends every zygote (and every process in their cgroups); none is started after this.
     pub(super) fn close(&self) {
-        let zs: Vec<Zygote> = {
+        let entries: Vec<_> = {
             let mut g = lock(&self.map);
             g.1 = true;
             g.0.drain().map(|(_, z)| z).collect()
         };
-        for z in zs {
-            z.end();
+        for e in entries {
+            // Waits for a fork or start under way on it; a start that saw `closed` unset
+            // before this made its zygote here, and it is ended here.
+            if let Some(z) = lock(&e).take() {
+                z.end();
+            }
         }
     }
 }
