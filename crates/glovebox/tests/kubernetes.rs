@@ -25,6 +25,10 @@ fn repo() -> PathBuf {
 
 /// A venv with the pinned validator, made once per target dir (it reaches PyPI once).
 fn venv() -> PathBuf {
+    // Tests run in parallel and more than one wants it: one makes it, the others wait (two
+    // making it at once collided: `venv` saw the other's half-made directory, EEXIST).
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|p| p.into_inner());
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("k8s-validate-venv");
     let py = dir.join("bin/python");
     let marker = dir.join(".installed");
