@@ -416,13 +416,7 @@ class Kernel:
     # ---- cells ------------------------------------------------------------------------
 
     def serve(self):
-        for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
-            name = name.strip()
-            if name:
-                try:
-                    importlib.import_module(name)
-                except BaseException:
-                    pass
+        _preload()
         self._freeze()
         self._sync_output()
         self.forward = True
@@ -632,6 +626,17 @@ class Kernel:
 
 
 # ---- the IPython engine -------------------------------------------------------------------
+
+
+def _preload():
+    """Imports the modules GLOVEBOX_PRELOAD names (comma-separated); one that fails is skipped."""
+    for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
+        name = name.strip()
+        if name:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                pass
 
 
 def _have_ipython():
@@ -1145,13 +1150,7 @@ def zygote():
     if _have_ipython():
         # As in a kernel: pyplot, once imported, keeps the backend it found.
         sys.meta_path.insert(0, _PostImportHook({"matplotlib": _inline_backend}))
-    for name in os.environ.get("GLOVEBOX_PRELOAD", "").split(","):
-        name = name.strip()
-        if name:
-            try:
-                importlib.import_module(name)
-            except BaseException:
-                pass
+    _preload()
     # The kernel itself, its shell and the warm-up cells included (their output dropped):
     # every kernel forked from here starts where a warm pool's waiting kernel is.
     kernel = Kernel(zygote=True)
