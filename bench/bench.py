@@ -28,6 +28,9 @@ Own groups, after the rounds:
   code.cold_*                no warm sandbox (pool 0): create a code-interpreter sandbox, the
                              seed cell's first PNG (the kernel's imports included), then its
                              memory cgroup's charge (code_memory); the peer is the cold python3
+  code.zygote_*              the same against a third pool-0 daemon with code_zygote on
+                             (--zygote-url; code_memory_zygote): its kernel forked from the
+                             tenant's and template's zygote
   net.create_*               create with network deny-all vs an allow-list (pool 0)
   vol.create_*               create without a volume vs with one (pool 0; each create mounts
                              the volume's image on the host afresh: no other sandbox holds it),
@@ -1392,6 +1395,9 @@ ORDER = [
     ("code.cold_first_result", "code-interpreter, no warm sandbox (pool 0): create -> first PNG of the seed cell"),
     ("code.cold_create", "  phase: create (template code-interpreter; its kernel starts importing)"),
     ("code.cold_cell", "  phase: the seed cell (waits for the kernel's imports)"),
+    ("code.zygote_first_result", "code-interpreter, code_zygote on (pool 0): create -> first PNG of the seed cell"),
+    ("code.zygote_create", "  phase: create (its kernel forked from the template's zygote)"),
+    ("code.zygote_cell", "  phase: the seed cell"),
     ("net.create_deny_all", "create, network deny-all (warm pool 0)"),
     ("net.create_allow_list", "create, network allow-list 198.51.100.0/24 (warm pool 0)"),
     ("net.destroy_deny_all", "destroy, network deny-all"),
@@ -1513,10 +1519,13 @@ def section_rows(results):
     gr = results.get("growth")
     if gr:
         out.append(wave2.growth_rows(gr))
-    cm = results.get("code_memory")
-    if cm:
-        out.append([("code-interpreter sandbox after the seed cell (no warm sandbox)", "n", "p50 MiB", "max MiB"),
-                    ("its memory cgroup's charge", str(cm["n"]), f"{cm['p50'] / 1024:.1f}", f"{cm['max'] / 1024:.1f}")])
+    cm, cz = results.get("code_memory"), results.get("code_memory_zygote")
+    if cm or cz:
+        rows = [("code-interpreter sandbox after the seed cell (no warm sandbox)", "n", "p50 MiB", "max MiB")]
+        for label, m in (("its memory cgroup's charge", cm), ("the same, code_zygote on", cz)):
+            if m:
+                rows.append((label, str(m["n"]), f"{m['p50'] / 1024:.1f}", f"{m['max'] / 1024:.1f}"))
+        out.append(rows)
     d = results.get("density")
     if d:
         p = d["per_sandbox_kb"]
@@ -1635,6 +1644,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url", help="daemon with --warm-pool 0 (loopback); without it the API benchmarks are skipped")
     ap.add_argument("--pool-url", help="daemon with a warm pool (loopback), for pool.*, code.plot and load.pool2")
+    ap.add_argument("--zygote-url", help="daemon with --warm-pool 0 and code_zygote on (loopback), for code.zygote")
     ap.add_argument("--pool-size", type=int, default=2, help="the --warm-pool of the --pool-url daemon")
     ap.add_argument("--templates-dir", help="where the code-interpreter template is built (the pool daemon's "
                     "GLOVEBOX_TEMPLATES_DIR); without it the code-interpreter benchmarks are skipped")
@@ -1786,13 +1796,22 @@ def main():
         add("code.cold_first_result", plot_n, 1, cold.step, group="plot")
     elif wanted("code.cold"):
         unavailable["code.cold_first_result"] = "no code-interpreter template or no pool-0 daemon"
+    zygote = None
+    if a.zygote_url and site and wanted("code.zygote"):
+        zapi = Api(a.zygote_url, a.key)
+        # Its first create starts the zygote (about a second, once per tenant and template):
+        # the warm-up iteration takes it.
+        zygote = wave2.ColdCode(zapi, SEED, check_seed, cgroup_memory_kb, warmup=1, prefix="code.zygote")
+        add("code.zygote_first_result", plot_n, 1, zygote.step, None, zapi.close, group="plot")
+    elif wanted("code.zygote") and a.zygote_url:
+        unavailable["code.zygote_first_result"] = "no code-interpreter template"
     if site:
         # The host peers come with the plot and the cold cell (as bwrap comes with the API rows).
         with_plot = wanted("code.plot") and papi is not None and a.pool_size > 0
         hp = HostPlot(site)
         add("peer.host_plot_first", max(3, plot_n // 2), 1, hp.step, None, hp.teardown, group="plot", force=with_plot)
         add("peer.host_plot_cold", max(2, plot_n // 3) if cold is None else plot_n, 1, hp.cold_step, group="plot",
-            force=with_plot or cold is not None)
+            force=with_plot or cold is not None or zygote is not None)
 
     # Network policy cost: deny-all against an allow-list, interleaved, in a group of their own
     # (an allow-list create makes a veth and nftables rules over netlink; the kernel frees a
@@ -1953,6 +1972,8 @@ def main():
                                        and not k.endswith("_after_idle") and v["p50"] > 0}
     if cold is not None and cold.mem_kib:
         results["code_memory"] = summarize(cold.mem_kib)
+    if zygote is not None and zygote.mem_kib:
+        results["code_memory_zygote"] = summarize(zygote.mem_kib)
     results["targets"] = evaluate_targets(results)
     # bench/run adds the egress rows once bench/egress.py has run (`--summary`).
     results["wave2"] = wave2.rows(results)

@@ -134,9 +134,9 @@ class ColdCode:
     cgroup, destroy it. The peer is the host's cold python3 running the same cell
     (peer.host_plot_cold), in the same group."""
 
-    def __init__(self, api, seed, check, cgroup_memory_kb, warmup):
+    def __init__(self, api, seed, check, cgroup_memory_kb, warmup, prefix="code.cold"):
         self.api, self.seed, self.check, self.mem = api, seed, check, cgroup_memory_kb
-        self.mem_kib, self.warmup, self.calls = [], warmup, 0
+        self.mem_kib, self.warmup, self.calls, self.prefix = [], warmup, 0, prefix
 
     def step(self, _i):
         t0 = time.perf_counter_ns()
@@ -153,8 +153,9 @@ class ColdCode:
         # The harness's warm-up iterations are not kept.
         if kib is not None and self.calls > self.warmup:
             self.mem_kib.append(kib)
-        return {"code.cold_first_result": (t2 - t0) / 1e6, "code.cold_create": (t1 - t0) / 1e6,
-                "code.cold_cell": (t2 - t1) / 1e6}
+        p = self.prefix
+        return {f"{p}_first_result": (t2 - t0) / 1e6, f"{p}_create": (t1 - t0) / 1e6,
+                f"{p}_cell": (t2 - t1) / 1e6}
 
 
 # ---------------------------------------------------------------------------- the table
@@ -238,23 +239,26 @@ def rows(results, egress=None):
     else:
         out.append(_row("create p50 with 400 live sandboxes (half with allow-lists) vs the first 50", "-", "<= 1.1x",
                         None, "growth phase not run"))
-    m = results.get("code_memory")
-    if m:
-        mib = m["p50"] / 1024
-        out.append(_row("memory of a code-interpreter sandbox after a first pandas cell (its cgroup)",
-                        f"{mib:.0f} MiB (p50 of {m['n']})", "<= 25 MiB", mib <= 25))
-    else:
-        out.append(_row("memory of a code-interpreter sandbox after a first pandas cell (its cgroup)", "-",
-                        "<= 25 MiB", None, "code.cold not run (needs the code-interpreter template)"))
-    c, h = b.get("code.cold_first_result"), b.get("peer.host_plot_cold")
-    if c and h:
-        x = c["p50"] / h["p50"]
-        out.append(_row("code-interpreter create + first pandas cell with no warm sandbox",
-                        f"{c['p50']:.0f} ms = {x:.2f}x (host cold python + imports: {h['p50']:.0f} ms)",
-                        "<= 1.0x the host's cold start", x <= 1.0))
-    else:
-        out.append(_row("code-interpreter create + first pandas cell with no warm sandbox", "-",
-                        "<= 1.0x the host's cold start", None, "code.cold not run (needs the code-interpreter template)"))
+    for key, mem_key, label in (("code.cold", "code_memory", ""),
+                                ("code.zygote", "code_memory_zygote", ", code_zygote on")):
+        if key == "code.zygote" and f"{key}_first_result" not in b and not results.get(mem_key):
+            continue  # no --zygote-url daemon this run
+        m = results.get(mem_key)
+        what = f"memory of a code-interpreter sandbox after a first pandas cell (its cgroup){label}"
+        if m:
+            mib = m["p50"] / 1024
+            out.append(_row(what, f"{mib:.0f} MiB (p50 of {m['n']})", "<= 25 MiB", mib <= 25))
+        else:
+            out.append(_row(what, "-", "<= 25 MiB", None, f"{key} not run (needs the code-interpreter template)"))
+        c, h = b.get(f"{key}_first_result"), b.get("peer.host_plot_cold")
+        what = f"code-interpreter create + first pandas cell with no warm sandbox{label}"
+        if c and h:
+            x = c["p50"] / h["p50"]
+            out.append(_row(what, f"{c['p50']:.0f} ms = {x:.2f}x (host cold python + imports: {h['p50']:.0f} ms)",
+                            "<= 1.0x the host's cold start", x <= 1.0))
+        else:
+            out.append(_row(what, "-", "<= 1.0x the host's cold start", None,
+                            f"{key} not run (needs the code-interpreter template)"))
     return out
 
 
