@@ -21,6 +21,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use clap::builder::BoolishValueParser;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use glovebox_proto::api::{self, CreateSandbox, Encoding, ExecRequest, Resources, SandboxList};
 use reqwest::Method;
@@ -115,12 +116,12 @@ struct ServeArgs {
     link_pool: usize,
     /// Destroy every sandbox on SIGTERM/SIGINT (default: leave them running for the next
     /// start to re-adopt).
-    #[arg(long, env = "GLOVEBOX_DESTROY_ON_EXIT")]
+    #[arg(long, env = "GLOVEBOX_DESTROY_ON_EXIT", value_parser = BoolishValueParser::new())]
     destroy_on_exit: bool,
     /// Give code-interpreter sandboxes their python kernel forked from a zygote of their
     /// tenant and template (shares the imported libraries' memory; experimental, off by
     /// default; docs/benchmarks.md).
-    #[arg(long, env = "GLOVEBOX_CODE_ZYGOTE")]
+    #[arg(long, env = "GLOVEBOX_CODE_ZYGOTE", value_parser = BoolishValueParser::new())]
     code_zygote: bool,
     /// How long records of finished commands and ended sandboxes are kept, in seconds.
     #[arg(long, default_value_t = 86_400, env = "GLOVEBOX_RETENTION_S")]
@@ -784,6 +785,23 @@ mod tests {
         std::env::remove_var("GLOVEBOX_LINK_POOL");
         assert_eq!(from_env.unwrap(), 7);
         assert_eq!(from_flag.unwrap(), 9);
+    }
+
+    #[test]
+    fn boolean_settings_take_one_and_zero_from_the_environment() {
+        // No other test asserts on code_zygote, so setting its env var races nothing.
+        let pick = |v: &str| {
+            std::env::set_var("GLOVEBOX_CODE_ZYGOTE", v);
+            let r = serve_with(&[], "").map(|a| a.code_zygote).map_err(|e| format!("{e:#}"));
+            std::env::remove_var("GLOVEBOX_CODE_ZYGOTE");
+            r
+        };
+        for (v, want) in [("1", true), ("true", true), ("yes", true), ("on", true), ("0", false), ("false", false)] {
+            assert_eq!(pick(v), Ok(want), "GLOVEBOX_CODE_ZYGOTE={v}");
+        }
+        let e = pick("maybe").unwrap_err();
+        assert!(e.contains("maybe"), "{e}");
+        assert!(serve_with(&["--code-zygote"], "").unwrap().code_zygote);
     }
 
     #[test]
