@@ -6,6 +6,7 @@ pub mod agent;
 pub mod backend;
 pub mod broker;
 pub mod builds;
+pub mod cgroup_tuning;
 pub mod code;
 pub mod conn;
 pub mod daytona;

@@ -51,6 +51,7 @@ pub async fn run(a: DoctorArgs) -> Result<i32> {
         user_namespaces(),
         time_namespace(),
         cgroups(),
+        cgroup_migrations(),
         filesystem("overlay", "overlayfs (template layers)", "load it: modprobe overlay"),
         seccomp(),
         landlock(),
@@ -169,6 +170,32 @@ fn cgroups() -> Check {
             }
         }
         Err(e) => fail(format!("cgroups: {e}"), "mount cgroup2 on /sys/fs/cgroup with memory, pids and cpu enabled"),
+    }
+}
+
+/// Whether moving a process into a cgroup waits for an RCU grace period after a quiet spell
+/// (`glovebox_daemon::cgroup_tuning`): creates and first commands pay it when favordynmods is off.
+fn cgroup_migrations() -> Check {
+    match glovebox_daemon::cgroup_tuning::cgroup2_mount() {
+        Ok(Some(m)) if m.favors_dynmods() => {
+            ok(format!("cgroup migrations: favordynmods on ({}): no grace period per create", m.path.display()))
+        }
+        Ok(Some(m)) => warn(
+            format!(
+                "cgroup migrations: favordynmods off ({}): a create after a quiet spell waits an RCU grace period (2-16 ms)",
+                m.path.display()
+            ),
+            format!(
+                "glovebox serve --cgroup-favor-dynmods (or mount -o remount,favordynmods {}; or boot with \
+                 cgroup_favordynmods=true); it makes every fork and exit on the host slightly costlier",
+                m.path.display()
+            ),
+        ),
+        Ok(None) => warn(
+            "cgroup migrations: no cgroup2 mount to set favordynmods on",
+            "boot with cgroup_favordynmods=true for cheaper cgroup migrations",
+        ),
+        Err(e) => warn(format!("cgroup migrations: {e}"), "cannot read /proc/self/mountinfo"),
     }
 }
 

@@ -123,6 +123,12 @@ struct ServeArgs {
     /// default; docs/benchmarks.md).
     #[arg(long, env = "GLOVEBOX_CODE_ZYGOTE", value_parser = BoolishValueParser::new())]
     code_zygote: bool,
+    /// Turn the host's cgroup2 mount's `favordynmods` on at start (kept after the daemon
+    /// stops): a create or first command after a quiet spell then no longer waits an RCU grace
+    /// period to move a process into a cgroup, at a small cost to every fork and exit on the
+    /// host (docs/install.md).
+    #[arg(long, env = "GLOVEBOX_CGROUP_FAVOR_DYNMODS", value_parser = BoolishValueParser::new())]
+    cgroup_favor_dynmods: bool,
     /// How long records of finished commands and ended sandboxes are kept, in seconds.
     #[arg(long, default_value_t = 86_400, env = "GLOVEBOX_RETENTION_S")]
     retention_s: u64,
@@ -168,6 +174,9 @@ impl ServeArgs {
         }
         if let Some(v) = f.code_zygote.filter(|_| may("code_zygote")) {
             self.code_zygote = v;
+        }
+        if let Some(v) = f.cgroup_favor_dynmods.filter(|_| may("cgroup_favor_dynmods")) {
+            self.cgroup_favor_dynmods = v;
         }
         if let Some(v) = f.retention_s.filter(|_| may("retention_s")) {
             self.retention_s = v;
@@ -471,6 +480,15 @@ async fn serve(a: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    if a.cgroup_favor_dynmods {
+        // Before the warm pool boots: its migrations are the first to gain.
+        use glovebox_daemon::cgroup_tuning::{set_favor_dynmods, Favored};
+        match set_favor_dynmods(true) {
+            Ok(Favored::Already(p)) => tracing::info!("cgroup: favordynmods already on at {}", p.display()),
+            Ok(Favored::Changed(p)) => tracing::info!("cgroup: favordynmods turned on at {} (stays on)", p.display()),
+            Err(e) => tracing::warn!("cgroup: could not turn favordynmods on: {e}"),
+        }
+    }
     // Only now that key and port are ours: opening the manager boots the warm pool.
     let manager = embedded::open_daemon_manager(&a.data_dir, |cfg| {
         cfg.preview_domain = a.preview_domain.clone();

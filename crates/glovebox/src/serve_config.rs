@@ -38,6 +38,7 @@ pub struct FileConfig {
     pub link_pool: Option<usize>,
     pub destroy_on_exit: Option<bool>,
     pub code_zygote: Option<bool>,
+    pub cgroup_favor_dynmods: Option<bool>,
     pub retention_s: Option<u64>,
     pub preview_domain: Option<String>,
     /// The isolation of creates that name none (and whose template names none).
@@ -96,6 +97,7 @@ pub fn parse(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
             "link_pool" => c.link_pool = Some(field.count(key, item, 0, 1024)? as usize),
             "destroy_on_exit" => c.destroy_on_exit = Some(field.boolean(key, item)?),
             "code_zygote" => c.code_zygote = Some(field.boolean(key, item)?),
+            "cgroup_favor_dynmods" => c.cgroup_favor_dynmods = Some(field.boolean(key, item)?),
             "retention_s" => c.retention_s = Some(field.count(key, item, 0, u64::MAX)?),
             "preview_domain" => c.preview_domain = Some(field.string(key, item)?),
             "default_isolation" => c.default_isolation = Some(field.isolation(key, item)?),

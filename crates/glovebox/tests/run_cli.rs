@@ -272,3 +272,61 @@ fn template_commands_work_embedded_without_a_daemon() {
     let o = cli(&["template", "ls"]);
     assert!(!o.stdout_str().contains("embedded-tpl"), "removed: {}", o.stdout_str());
 }
+
+/// The mountinfo line of the host's cgroup2 mount, without its superblock options: what a
+/// change of `favordynmods` must leave as it was.
+fn cgroup2_line_but_super_options() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info.lines().rfind(|l| {
+        l.contains(" - cgroup2 ")
+            && matches!(l.split(' ').nth(4), Some("/sys/fs/cgroup") | Some("/sys/fs/cgroup/unified"))
+    })?;
+    Some(line.rsplit_once(' ').map(|(head, _)| head.to_string()).unwrap_or_default())
+}
+
+#[test]
+fn serve_turns_favordynmods_on_keeping_the_mount_s_other_options() {
+    require_root!();
+    use glovebox_daemon::cgroup_tuning::{cgroup2_mount, set_favor_dynmods};
+    let Some(before) = cgroup2_mount().unwrap() else {
+        eprintln!("SKIPPED: this host has no cgroup2 mount");
+        return;
+    };
+    // Whatever this test finds is put back, pass or fail.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Err(e) = set_favor_dynmods(self.0) {
+                eprintln!("could not restore favordynmods={}: {e}", self.0);
+            }
+        }
+    }
+    let _restore = Restore(before.favors_dynmods());
+    set_favor_dynmods(false).unwrap();
+    let line = cgroup2_line_but_super_options().unwrap();
+    let others = |o: &[String]| o.iter().filter(|o| *o != "favordynmods").cloned().collect::<Vec<_>>();
+    let off = cgroup2_mount().unwrap().unwrap();
+    assert!(!off.favors_dynmods(), "{off:?}");
+
+    let dir = tempdir("gbtest-dynmods-");
+    let mut c = cli_embedded(dir.path());
+    c.arg("doctor").arg("--no-boot").arg("--data-dir").arg(dir.path());
+    let o = run_bounded(&mut c, None, T);
+    assert!(o.stdout_str().contains("warn  cgroup migrations: favordynmods off"), "{}", o.stdout_str());
+
+    let d = Daemon::start_after("export GLOVEBOX_CGROUP_FAVOR_DYNMODS=1;");
+    let on = cgroup2_mount().unwrap().unwrap();
+    assert!(on.favors_dynmods(), "serve --cgroup-favor-dynmods left {on:?}");
+    assert_eq!(others(&on.options), others(&off.options), "the superblock's other options changed");
+    assert_eq!(cgroup2_line_but_super_options().unwrap(), line, "the mount's own options changed");
+    let id = d.create(serde_json::json!({}));
+    let r = d.exec(&id, serde_json::json!({"cmd": ["true"]}));
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let mut c = cli_embedded(dir.path());
+    c.arg("doctor").arg("--no-boot").arg("--data-dir").arg(dir.path());
+    let o = run_bounded(&mut c, None, T);
+    assert!(o.stdout_str().contains("ok    cgroup migrations: favordynmods on"), "{}", o.stdout_str());
+    d.shutdown_and_check_leaks();
+    // It stays on after the daemon (a host setting, as documented).
+    assert!(cgroup2_mount().unwrap().unwrap().favors_dynmods());
+}
