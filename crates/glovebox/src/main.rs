@@ -733,8 +733,25 @@ async fn files(c: FilesCmd) -> Result<i32> {
 mod tests {
     use super::*;
 
+    /// Held while a test's environment variable is set: every parse reads the environment.
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// `serve` parsed from `argv` with the config file `toml`, as `main` does it.
     fn serve_with(argv: &[&str], toml: &str) -> Result<ServeArgs> {
+        let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        parse_serve(argv, toml)
+    }
+
+    /// [`serve_with`] with `key=value` in the environment meanwhile.
+    fn serve_with_env(key: &str, value: &str, argv: &[&str], toml: &str) -> Result<ServeArgs> {
+        let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        std::env::set_var(key, value);
+        let r = parse_serve(argv, toml);
+        std::env::remove_var(key);
+        r
+    }
+
+    fn parse_serve(argv: &[&str], toml: &str) -> Result<ServeArgs> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("config.toml");
         std::fs::write(&path, toml)?;
@@ -796,23 +813,17 @@ mod tests {
 
     #[test]
     fn env_beats_file_and_flag_beats_env() {
-        // No other test asserts on link_pool, so setting its env var races nothing.
-        std::env::set_var("GLOVEBOX_LINK_POOL", "7");
-        let from_env = serve_with(&[], "link_pool = 1\n").map(|a| a.link_pool);
-        let from_flag = serve_with(&["--link-pool", "9"], "link_pool = 1\n").map(|a| a.link_pool);
-        std::env::remove_var("GLOVEBOX_LINK_POOL");
+        let from_env = serve_with_env("GLOVEBOX_LINK_POOL", "7", &[], "link_pool = 1\n").map(|a| a.link_pool);
+        let from_flag =
+            serve_with_env("GLOVEBOX_LINK_POOL", "7", &["--link-pool", "9"], "link_pool = 1\n").map(|a| a.link_pool);
         assert_eq!(from_env.unwrap(), 7);
         assert_eq!(from_flag.unwrap(), 9);
     }
 
     #[test]
     fn boolean_settings_take_one_and_zero_from_the_environment() {
-        // No other test asserts on code_zygote, so setting its env var races nothing.
         let pick = |v: &str| {
-            std::env::set_var("GLOVEBOX_CODE_ZYGOTE", v);
-            let r = serve_with(&[], "").map(|a| a.code_zygote).map_err(|e| format!("{e:#}"));
-            std::env::remove_var("GLOVEBOX_CODE_ZYGOTE");
-            r
+            serve_with_env("GLOVEBOX_CODE_ZYGOTE", v, &[], "").map(|a| a.code_zygote).map_err(|e| format!("{e:#}"))
         };
         for (v, want) in [("1", true), ("true", true), ("yes", true), ("on", true), ("0", false), ("false", false)] {
             assert_eq!(pick(v), Ok(want), "GLOVEBOX_CODE_ZYGOTE={v}");
@@ -826,6 +837,7 @@ mod tests {
     fn bad_file_is_an_error_naming_it() {
         let e = serve_with(&[], "link_pool = \"two\"\n").err().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(e.contains("config.toml: key `link_pool`"), "{e}");
+        let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
         let e = Cli::command()
             .try_get_matches_from(["glovebox", "serve", "--config", "/nonexistent/glovebox.toml"])
             .map_err(anyhow::Error::from)
