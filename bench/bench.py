@@ -1308,11 +1308,11 @@ def machine_info():
                    if line.startswith("MemTotal:")), 0)
     cpu = next((line.split(":", 1)[1].strip() for line in read("/proc/cpuinfo").splitlines()
                 if line.startswith("model name")), platform.processor())
-    fstypes = {}
+    fstypes, fsopts = {}, {}
     for line in read("/proc/self/mounts").splitlines():
         parts = line.split()
-        if len(parts) >= 3:
-            fstypes[parts[1]] = parts[2]
+        if len(parts) >= 4:
+            fstypes[parts[1]], fsopts[parts[1]] = parts[2], parts[3].split(",")
     root = fstypes.get("/sys/fs/cgroup")
     if root == "cgroup2":
         cg = "v2 (unified)"
@@ -1322,6 +1322,12 @@ def machine_info():
         cg = "v1 (legacy)"
     else:
         cg = "unknown"
+    # Whether a cgroup migration after a quiet spell waits for an RCU grace period (off) or
+    # not (on): it moves every create that follows a pause (docs/benchmarks.md). On kernels
+    # since 6.18 a flag turned off again leaves the cheaper lock on until a reboot.
+    v2_at = next((m for m in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified") if fstypes.get(m) == "cgroup2"), None)
+    if v2_at is not None:
+        cg += "; favordynmods " + ("on" if "favordynmods" in fsopts[v2_at] else "off")
     os_name = next((line.split("=", 1)[1].strip('"') for line in read("/etc/os-release").splitlines()
                     if line.startswith("PRETTY_NAME=")), "")
     return {
