@@ -93,11 +93,20 @@ fn a_forked_kernel_is_confined_like_a_command_and_a_started_kernel() {
         assert_eq!(forked["net"], other["net"], "network interfaces vs {what}");
         assert_eq!(forked["limits"], other["limits"], "resource limits vs {what}");
     }
-    // In the sandbox's cgroups (at the root of its cgroup namespace: the agent's level; a
-    // command's are a child of it each).
-    for line in forked["cgroup"].as_str().unwrap_or_default().lines() {
-        assert!(line.ends_with(":/"), "the forked kernel's cgroup: {line}");
+    // In the sandbox's cgroups, in a child of its own where a command has its `cmd-N` (the
+    // hierarchy where the agent makes those), at the sandbox's own level in the others.
+    let lines = |v: &Value| -> Vec<(String, String)> {
+        let text = v["cgroup"].as_str().unwrap_or_default().to_string();
+        text.lines().filter_map(|l| l.rsplit_once(':').map(|(h, p)| (h.to_string(), p.to_string()))).collect()
+    };
+    let (fk, cmd) = (lines(&forked), lines(&command));
+    assert_eq!(fk.len(), cmd.len(), "{fk:?} vs {cmd:?}");
+    for ((fh, fp), (ch, cp)) in fk.iter().zip(&cmd) {
+        assert_eq!(fh, ch);
+        let want = if cp.starts_with("/cmd-") { "/kernel-forked" } else { "/" };
+        assert_eq!(fp, want, "the forked kernel's cgroup in {fh} (a command's: {cp}): {fk:?}");
     }
+    assert!(cmd.iter().any(|(_, p)| p.starts_with("/cmd-")), "a command has a cgroup of its own: {cmd:?}");
     let s = &forked["status"];
     for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
         assert_eq!(s[k], "0000000000000000", "{k}: {s}");
@@ -258,5 +267,30 @@ fn cells_give_the_same_results_from_a_forked_and_a_started_kernel() {
     }
     assert_eq!(zygotes(&z).len(), 1, "its zygote is in the leak check");
     z.shutdown_and_check_leaks();
+    d.shutdown_and_check_leaks();
+}
+
+/// A kernel restart kills what the forked kernel started (it is in a cgroup of its own, as a
+/// kernel the agent starts is), and the context serves again.
+#[test]
+fn restarting_a_forked_kernel_kills_what_it_started() {
+    require_root!();
+    if !have_ci_template() {
+        return;
+    }
+    let d = Daemon::start_with_code_zygote();
+    let id = forked_sandbox(&d, None);
+    let ex = cell(&d, None, &id, "import subprocess\nsubprocess.Popen(['sleep', '1000'], start_new_session=True).pid");
+    assert!(ex["error"].is_null(), "{ex}");
+    let sleeps = || processes_of(&id).into_iter().filter(|p| p.comm == "sleep").count();
+    assert_eq!(sleeps(), 1, "the cell's sleep runs: {:?}", processes_of(&id));
+    let (st, v) = d.post(&format!("/v1/sandboxes/{id}/contexts/python/restart"), &json!({}));
+    assert!(st == 200 || st == 204, "restart: {st} {v}");
+    let gone =
+        poll(std::time::Duration::from_secs(5), std::time::Duration::from_millis(50), || (sleeps() == 0).then_some(()));
+    assert!(gone.is_some(), "the sleep the forked kernel started outlived its restart: {:?}", processes_of(&id));
+    let ex = cell(&d, None, &id, "import numpy as np; print(int(np.arange(5).sum()))");
+    assert_eq!(stdout(&ex), "10\n", "{ex}");
+    assert_eq!(zygotes(&d).len(), 1, "its zygote is in the leak check");
     d.shutdown_and_check_leaks();
 }

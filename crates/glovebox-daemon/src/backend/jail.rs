@@ -375,7 +375,7 @@ impl Backend for Jail {
         let kernel = match (forked, &spec.zygote) {
             (Some(f), Some(w)) => {
                 let filters = [&self.agent_seccomp, &self.seccomp];
-                match super::zygotes::hand_off(f, &shell.cgroup.procs_files(), pid, w, spec.limits.pids, filters) {
+                match super::zygotes::hand_off(f, &*shell.cgroup, pid, w, spec.limits.pids, filters) {
                     Ok(k) => {
                         tracing::info!(sandbox = %shell.id, tenant = %w.tenant, "python kernel forked from the zygote");
                         Some(k)
