@@ -329,6 +329,9 @@ impl Backend for Jail {
             }
             _ => None,
         };
+        if let Some(f) = &forked {
+            f.fault("booting");
+        }
         let netns = match forked {
             Some(_) => None,
             None => netns.or_else(|| if self.host.make_ahead { self.netns.take() } else { self.netns.take_last() }),
