@@ -387,3 +387,42 @@ fn the_zygotes_child_killed_mid_hand_off_leaves_nothing() {
     }
     eprintln!("\n== the zygote's child killed mid-hand-off\n  {}", seen.join("\n  "));
 }
+
+/// E2B's SDKs ask for internet access unless told otherwise (`Sandbox.create`'s
+/// `allow_internet_access` defaults to true): that sandbox needs a link, and a linked sandbox
+/// never gets its kernel from the zygote (nor asks for one). With `allow_internet_access:
+/// false` (deny-all, no link) it does.
+#[test]
+fn e2b_sandboxes_take_the_zygote_only_without_internet_access() {
+    require_root!();
+    if !have_ci_template() {
+        return;
+    }
+    let d = Daemon::start_with_code_zygote();
+    // The default tenant's zygote runs and forks (the E2B front-end's admin key is that tenant).
+    forked_sandbox(&d, None);
+    let e2b = |internet: bool| -> String {
+        let body = json!({ "templateID": "code-interpreter", "timeout": 120, "allow_internet_access": internet });
+        let (st, v) = d.send(d.req(reqwest::Method::POST, "/sandboxes").json(&body));
+        assert_eq!(st, 201, "{v}");
+        let id = v["sandboxID"].as_str().expect("sandboxID").to_string();
+        d.register(&id);
+        id
+    };
+    let zygote_lines =
+        |id: &str| d.log().lines().filter(|l| l.contains(&format!("sandbox={id}")) && l.contains("zygote")).count();
+    let linked = e2b(true);
+    let (st, v) = d.get(&format!("/v1/sandboxes/{linked}"));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["network"]["mode"], "allow-all", "the SDK's default: {v}");
+    assert_eq!(zygote_lines(&linked), 0, "a linked sandbox never asks the zygote:\n{}", d.log());
+    let ex = cell(&d, None, &linked, "import numpy as np; print(int(np.arange(3).sum()))");
+    assert_eq!(stdout(&ex), "3\n", "{ex}");
+    let unlinked = e2b(false);
+    let forked = d
+        .log()
+        .lines()
+        .any(|l| l.contains(&format!("sandbox={unlinked}")) && l.contains("python kernel forked from the zygote"));
+    assert!(forked, "allow_internet_access: false gets a forked kernel:\n{}", d.log());
+    d.shutdown_and_check_leaks();
+}
