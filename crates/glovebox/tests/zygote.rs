@@ -287,8 +287,7 @@ fn restarting_a_forked_kernel_kills_what_it_started() {
     assert_eq!(sleeps(), 1, "the cell's sleep runs: {:?}", processes_of(&id));
     let (st, v) = d.post(&format!("/v1/sandboxes/{id}/contexts/python/restart"), &json!({}));
     assert!(st == 200 || st == 204, "restart: {st} {v}");
-    let gone =
-        poll(std::time::Duration::from_secs(5), std::time::Duration::from_millis(50), || (sleeps() == 0).then_some(()));
+    let gone = poll(Duration::from_secs(5), Duration::from_millis(50), || (sleeps() == 0).then_some(()));
     assert!(gone.is_some(), "the sleep the forked kernel started outlived its restart: {:?}", processes_of(&id));
     let ex = cell(&d, None, &id, "import numpy as np; print(int(np.arange(5).sum()))");
     assert_eq!(stdout(&ex), "10\n", "{ex}");
