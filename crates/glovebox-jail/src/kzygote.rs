@@ -307,6 +307,7 @@ impl Forked {
                 .map_err(ctx("move the zygote's child into the sandbox's cgroups"))?;
         }
         self.fault("joining");
+        self.fault("stalled");
         let ns: Vec<OwnedFd> = JOINED
             .iter()
             .map(|n| std::fs::File::open(format!("/proc/{pid1}/ns/{n}")).map(OwnedFd::from))
@@ -335,7 +336,8 @@ impl Forked {
     /// waits for its death, as if it had died at that point: `booting` (its user namespace
     /// made, the sandbox not yet booted in it), `joining` (moved into the sandbox's cgroups,
     /// nothing sent), `forking` (the namespaces sent, its kernel not yet reported), `reaping`
-    /// (its kernel reported, its middle process perhaps not yet reaped). Release builds never
+    /// (its kernel reported, its middle process perhaps not yet reaped); or SIGSTOPs it,
+    /// alive but never answering: `stalled` (where `joining` kills it). Release builds never
     /// read the variable.
     pub fn fault(&self, step: &str) {
         #[cfg(debug_assertions)]
@@ -345,12 +347,14 @@ impl Forked {
             if std::env::var("GLOVEBOX_DEBUG_ZYGOTE_FAULT").is_ok_and(|s| s == step)
                 && !FIRED.swap(true, Ordering::SeqCst)
             {
+                let (sig, what) =
+                    if step == "stalled" { (libc::SIGSTOP, "stopped") } else { (libc::SIGKILL, "killed") };
                 // SAFETY: integer-only syscall on a pidfd we own (never a recycled pid).
-                unsafe {
-                    libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32)
-                };
-                let _ = sys::poll_in(self.pidfd.as_raw_fd(), ANSWER_MS);
-                eprintln!("glovebox: debug fault: the zygote's child killed at {step}");
+                unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), sig, 0usize, 0u32) };
+                if sig == libc::SIGKILL {
+                    let _ = sys::poll_in(self.pidfd.as_raw_fd(), ANSWER_MS);
+                }
+                eprintln!("glovebox: debug fault at {step}: the zygote's child {what}");
             }
         }
         let _ = step;
