@@ -41,6 +41,27 @@ pub struct Forked {
     pub stdin: std::os::fd::OwnedFd,
     pub stdout: std::os::fd::OwnedFd,
     pub stderr: std::os::fd::OwnedFd,
+    /// Its cgroup of its own, below the sandbox's (every process it starts is in it).
+    pub cgroup: Option<KernelCgroup>,
+}
+
+/// A forked kernel's cgroup on the host, and how to kill everything in it.
+pub struct KernelCgroup {
+    pub dir: std::path::PathBuf,
+    pub kill: glovebox_jail::cgroup::KillMethod,
+}
+
+impl KernelCgroup {
+    /// Kills every process in it, then removes it (blocking; errors logged: what is left
+    /// goes with the sandbox's cgroups).
+    pub fn kill_and_remove(&self) {
+        if let Err(e) = glovebox_jail::cgroup::kill_tree(&self.dir, self.kill) {
+            tracing::warn!(cgroup = %self.dir.display(), "kill the forked kernel's cgroup: {e}");
+        }
+        if let Err(e) = glovebox_jail::cgroup::remove_tree(&self.dir) {
+            tracing::warn!(cgroup = %self.dir.display(), "remove the forked kernel's cgroup: {e}");
+        }
+    }
 }
 
 /// The daemon's side of a running kernel.
@@ -51,6 +72,7 @@ enum Io {
         pidfd: std::os::fd::OwnedFd,
         stdin: tokio::net::unix::pipe::Sender,
         stdout: tokio::net::unix::pipe::Receiver,
+        cgroup: Option<KernelCgroup>,
     },
 }
 
@@ -117,7 +139,7 @@ impl Forked {
                 tracing::debug!("forked python kernel: {}", String::from_utf8_lossy(&b[..n]));
             }
         });
-        Ok(Io::Forked { pidfd: self.pidfd, stdin, stdout })
+        Ok(Io::Forked { pidfd: self.pidfd, stdin, stdout, cgroup: self.cgroup })
     }
 }
 
@@ -375,8 +397,16 @@ impl Kernel {
         st.buf.clear();
         if let Some(io) = io {
             io.signal(t, libc::SIGKILL).await;
-            if let Io::Agent(id, _) = io {
-                let _ = t.agent().release(id).await;
+            match io {
+                Io::Agent(id, _) => {
+                    let _ = t.agent().release(id).await;
+                }
+                // What the kernel started dies with it, as the agent's command cgroup does for
+                // a kernel it started.
+                Io::Forked { cgroup: Some(cg), .. } => {
+                    let _ = tokio::task::spawn_blocking(move || cg.kill_and_remove()).await;
+                }
+                Io::Forked { cgroup: None, .. } => {}
             }
         }
     }

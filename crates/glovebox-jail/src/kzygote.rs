@@ -301,10 +301,13 @@ impl Forked {
     ) -> std::io::Result<libc::pid_t> {
         // A cgroup takes a pid number: the child is checked alive through its held /proc
         // directory first (it is blocked on us; gone, its pid could name another process).
-        std::fs::read_to_string(proc_path(&self.proc_dir, "status"))?;
+        std::fs::read_to_string(proc_path(&self.proc_dir, "status")).map_err(ctx("the zygote's child is gone"))?;
         for p in procs {
-            std::fs::write(p, self.pid.to_string())?;
+            std::fs::write(p, self.pid.to_string())
+                .map_err(ctx("move the zygote's child into the sandbox's cgroups"))?;
         }
+        self.fault("joining");
+        self.fault("stalled");
         let ns: Vec<OwnedFd> = JOINED
             .iter()
             .map(|n| std::fs::File::open(format!("/proc/{pid1}/ns/{n}")).map(OwnedFd::from))
@@ -316,12 +319,45 @@ impl Forked {
         let mut fds: Vec<BorrowedFd<'_>> = ns.iter().map(|f| f.as_fd()).collect();
         fds.extend(stdio);
         fds.extend(landlock);
-        sys::send_with_fds(self.chan.as_fd(), &body, &fds)?;
-        let k = expect(&self.chan, b"k")?;
+        sys::send_with_fds(self.chan.as_fd(), &body, &fds).map_err(ctx("send the zygote's child the sandbox"))?;
+        self.fault("forking");
+        let k = expect(&self.chan, b"k").map_err(ctx("the kernel forked into the sandbox"))?;
+        self.fault("reaping");
         // The child exits once it has reaped the process between it and the kernel; killed
         // before that (on drop), it would leave that process to the zygote to reap.
         let _ = sys::poll_in(self.pidfd.as_raw_fd(), ANSWER_MS);
         k.pid.ok_or_else(|| std::io::Error::other("the kernel sent no credentials"))
+    }
+}
+
+impl Forked {
+    /// Debug builds only (tests/zygote.rs): with `GLOVEBOX_DEBUG_ZYGOTE_FAULT=STEP` in the
+    /// daemon's environment, the first hand-off to reach `step` SIGKILLs the child there and
+    /// waits for its death, as if it had died at that point: `booting` (its user namespace
+    /// made, the sandbox not yet booted in it), `joining` (moved into the sandbox's cgroups,
+    /// nothing sent), `forking` (the namespaces sent, its kernel not yet reported), `reaping`
+    /// (its kernel reported, its middle process perhaps not yet reaped); or SIGSTOPs it,
+    /// alive but never answering: `stalled` (where `joining` kills it). Release builds never
+    /// read the variable.
+    pub fn fault(&self, step: &str) {
+        #[cfg(debug_assertions)]
+        {
+            use std::sync::atomic::{AtomicBool, Ordering};
+            static FIRED: AtomicBool = AtomicBool::new(false);
+            if std::env::var("GLOVEBOX_DEBUG_ZYGOTE_FAULT").is_ok_and(|s| s == step)
+                && !FIRED.swap(true, Ordering::SeqCst)
+            {
+                let (sig, what) =
+                    if step == "stalled" { (libc::SIGSTOP, "stopped") } else { (libc::SIGKILL, "killed") };
+                // SAFETY: integer-only syscall on a pidfd we own (never a recycled pid).
+                unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), sig, 0usize, 0u32) };
+                if sig == libc::SIGKILL {
+                    let _ = sys::poll_in(self.pidfd.as_raw_fd(), ANSWER_MS);
+                }
+                eprintln!("glovebox: debug fault at {step}: the zygote's child {what}");
+            }
+        }
+        let _ = step;
     }
 }
 
@@ -331,6 +367,11 @@ impl Drop for Forked {
         // SAFETY: integer-only syscall on a pidfd we own (never a recycled pid).
         unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
     }
+}
+
+/// Prefixes an error with what was being done (its kind kept).
+fn ctx(what: &'static str) -> impl Fn(std::io::Error) -> std::io::Error {
+    move |e| std::io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {

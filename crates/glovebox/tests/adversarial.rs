@@ -129,6 +129,32 @@ fn run_probe(d: &Daemon, id: &str, cfg: &Value, table: &Table) {
     }
 }
 
+/// As [`run_probe`], but the probe runs in the kernel of the sandbox's default python
+/// context, in the kernel's own process (`runpy`), as a cell; its verdicts are the cell's stdout.
+fn run_probe_in_kernel(d: &Daemon, id: &str, cfg: &Value, table: &Table) {
+    put_file(d, id, "/opt/gbprobe/escape.py", PROBE.as_bytes());
+    put_file(d, id, "/opt/gbprobe/config.json", cfg.to_string().as_bytes());
+    let code = "import runpy, sys\nsys.argv = ['/opt/gbprobe/escape.py', '/opt/gbprobe/config.json']\n\
+                runpy.run_path(sys.argv[0], run_name='__main__')";
+    let (st, ex) = d.post(&format!("/v1/sandboxes/{id}/code"), &json!({ "code": code, "timeout_ms": 120_000 }));
+    let out = common::stdout(&ex);
+    parse_probe_output(&out, table);
+    if st != 200 || !out.contains("DONE\t") || !ex["error"].is_null() {
+        table.add_raw("probe program (a cell)", "ERROR", &format!("{st}: did not finish: {ex}"));
+    }
+}
+
+/// The names in the environment of a python kernel the agent starts in sandbox `id` (a
+/// context of its own directory never gets the forked kernel).
+fn started_kernel_env(d: &Daemon, id: &str) -> Vec<String> {
+    let (st, ctx) = d.post(&format!("/v1/sandboxes/{id}/contexts"), &json!({ "language": "python", "cwd": "/tmp" }));
+    assert_eq!(st, 201, "{ctx}");
+    let code = "import json, os\nprint(json.dumps(sorted(os.environ)))";
+    let (st, ex) = d.post(&format!("/v1/sandboxes/{id}/code"), &json!({ "code": code, "context_id": ctx["id"] }));
+    assert_eq!(st, 200, "{ex}");
+    serde_json::from_str(common::stdout(&ex).trim()).unwrap_or_else(|e| panic!("{e}: {ex}"))
+}
+
 fn parse_probe_output(out: &str, table: &Table) {
     for l in out.lines() {
         let mut f = l.splitn(4, '\t');
@@ -347,19 +373,46 @@ fn host_hostname() -> String {
 
 #[test]
 fn escape_probes_are_all_blocked() {
-    escape_probes(Tier::Process);
+    escape_probes(Tier::Process, Seat::Command);
 }
 
 #[test]
 fn escape_probes_are_all_blocked_under_gvisor() {
-    escape_probes(Tier::Gvisor);
+    escape_probes(Tier::Gvisor, Seat::Command);
 }
 
-fn escape_probes(tier: Tier) {
-    if !tier.available() {
+/// The same probes as code cells of a python kernel forked from a zygote (`--code-zygote`),
+/// in the kernel's own process, plus what only a zygote has: its host pids, its other
+/// sandboxes, another tenant's.
+#[test]
+fn escape_probes_are_all_blocked_in_a_kernel_forked_from_a_zygote() {
+    escape_probes(Tier::Process, Seat::ForkedKernel);
+}
+
+/// Where the probes run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Seat {
+    /// A command of the agent's.
+    Command,
+    /// Code cells in the default python context of a sandbox whose kernel was forked from its
+    /// tenant's zygote (only the process tier has zygotes).
+    ForkedKernel,
+}
+
+/// A processes's start time (`/proc/PID/stat` field 22), to tell it from a reuse of its pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn escape_probes(tier: Tier, seat: Seat) {
+    if !tier.available() || (seat == Seat::ForkedKernel && !common::have_ci_template()) {
         return;
     }
-    let d = Daemon::start();
+    let d = match seat {
+        Seat::Command => Daemon::start(),
+        Seat::ForkedKernel => Daemon::start_with_code_zygote(),
+    };
     let table = Table::default();
     let host = HostCanary::new();
     let listeners = HostListeners::new(host.path());
@@ -369,11 +422,28 @@ fn escape_probes(tier: Tier) {
     let agent_before = agent_fingerprint();
     let hostname_before = host_hostname();
 
-    // Another sandbox with a secret of its own.
-    let other = d.create(tier.body(json!({})));
-    let other_secret = format!("other-secret-{}", rand_token(16));
-    d.sh_ok(&other, &format!("echo {other_secret} > /tmp/gbtest-other; cp /tmp/gbtest-other /home/user/"));
-    let id = d.create(tier.body(json!({ "network": { "mode": "deny-all" } })));
+    // Other sandboxes with a secret of their own: with zygotes, one of another tenant's (its
+    // own zygote) and one of the same tenant's (seeded by the same zygote as the probed one).
+    let others = match seat {
+        Seat::Command => vec![("", d.create(tier.body(json!({}))))],
+        Seat::ForkedKernel => {
+            let ka = common::tenant_key(&d, "tenant-a");
+            vec![
+                ("another tenant's", common::forked_sandbox(&d, Some(&ka))),
+                ("same tenant and zygote", common::forked_sandbox(&d, None)),
+            ]
+        }
+    };
+    let mut other_secrets = serde_json::Map::new();
+    for (which, other) in &others {
+        let secret = format!("other-secret-{}", rand_token(16));
+        d.sh_ok(other, &format!("echo {secret} > /tmp/gbtest-other; cp /tmp/gbtest-other /home/user/"));
+        other_secrets.insert(which.to_string(), json!(secret));
+    }
+    let id = match seat {
+        Seat::Command => d.create(tier.body(json!({ "network": { "mode": "deny-all" } }))),
+        Seat::ForkedKernel => common::forked_sandbox(&d, None),
+    };
 
     let mut cfg = listeners.config();
     cfg["isolation"] = json!(tier.name());
@@ -381,7 +451,7 @@ fn escape_probes(tier: Tier) {
         ("canary_path", json!(host.canary())),
         ("canary_secret", json!(host.secret)),
         ("host_dir", json!(host.path().display().to_string())),
-        ("other_secret", json!(other_secret)),
+        ("other_secrets", json!(other_secrets)),
         ("daemon_pid", json!(d.pid())),
         ("daemon_canary", json!(d.canary)),
         ("ns_tcp", json!(nsc.tcp)),
@@ -389,9 +459,51 @@ fn escape_probes(tier: Tier) {
     ] {
         cfg[k] = v;
     }
+    // Every zygote's processes (the probed sandbox's tenant's and the other's), as the host
+    // sees them, with their start times.
+    let zygote_procs: Vec<(u32, Option<u64>)> = match seat {
+        Seat::Command => Vec::new(),
+        Seat::ForkedKernel => {
+            let zs = common::zygotes(&d);
+            assert_eq!(zs.len(), 2, "a zygote for each tenant: {zs:?}");
+            zs.values().flatten().flat_map(|z| common::processes_of(z)).map(|p| (p.pid, start_time(p.pid))).collect()
+        }
+    };
+    if seat == Seat::ForkedKernel {
+        cfg["seat"] = json!("kernel");
+        cfg["zygote_pids"] = json!(zygote_procs.iter().map(|p| p.0).collect::<Vec<_>>());
+        cfg["allowed_env"] = json!(started_kernel_env(&d, &id));
+    }
     let t = Instant::now();
-    run_probe(&d, &id, &cfg, &table);
+    match seat {
+        Seat::Command => run_probe(&d, &id, &cfg, &table),
+        Seat::ForkedKernel => run_probe_in_kernel(&d, &id, &cfg, &table),
+    }
     let probe_time = t.elapsed();
+    if seat == Seat::ForkedKernel {
+        let gone: Vec<u32> = zygote_procs.iter().filter(|(p, t)| start_time(*p) != *t).map(|p| p.0).collect();
+        table.add(
+            "host: every zygote process survived the cells' kill -9 of its pid",
+            !zygote_procs.is_empty() && gone.is_empty(),
+            format!("{} processes; gone: {gone:?}", zygote_procs.len()),
+        );
+        let kernel = common::processes_of(&id).into_iter().find(|p| p.comm.starts_with("python")).map(|p| p.pid);
+        let pidns = |pid: u32| fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+        let sandbox_ns = kernel.and_then(pidns);
+        let shared: Vec<u32> = zygote_procs.iter().map(|p| p.0).filter(|p| pidns(*p) == sandbox_ns).collect();
+        table.add(
+            "host: no zygote process is in the sandbox's PID namespace",
+            sandbox_ns.is_some() && shared.is_empty(),
+            format!("sandbox {sandbox_ns:?}; shared by {shared:?}"),
+        );
+        let fell_back =
+            d.log().lines().any(|l| l.contains(&format!("sandbox={id}")) && l.contains("forked python kernel:"));
+        table.add(
+            "the probed kernel was the forked one throughout",
+            !fell_back,
+            "no fallback to a started kernel logged",
+        );
+    }
 
     // What only the host can judge.
     let after = host.entries();
@@ -533,8 +645,15 @@ fn escape_probes(tier: Tier) {
         assert!(o.status.success(), "netns control: {}", o.stderr_str());
         nsc.events()
     };
-    let bad =
-        table.finish(&format!("escape probes, isolation {} ({} s in the sandbox)", tier.name(), probe_time.as_secs()));
+    let seat_name = match seat {
+        Seat::Command => "as a command",
+        Seat::ForkedKernel => "as code in a python kernel forked from a zygote",
+    };
+    let bad = table.finish(&format!(
+        "escape probes, isolation {}, {seat_name} ({} s in the sandbox)",
+        tier.name(),
+        probe_time.as_secs()
+    ));
     assert!(missing.is_empty(), "these canaries do not see traffic even from the host (control): {missing:?}");
     assert!(ev.len() >= 2, "the netns canary does not see traffic from inside its namespace (control): {ev:?}");
     assert!(bad.is_empty(), "{} probe(s) got through:\n  {}", bad.len(), bad.join("\n  "));
@@ -553,7 +672,10 @@ fn probes_report_escapes_when_run_on_the_host() {
     require_root!();
     let host = HostCanary::new();
     let cfg_path = host.path().join("config.json");
-    let cfg = json!({ "control": true, "canary_path": host.canary(), "canary_secret": host.secret });
+    // A process of the test's own stands for a zygote: on the host its pid is within reach.
+    let stand_in = common::KillOnDrop(Command::new("sleep").arg("60").spawn().unwrap());
+    let cfg = json!({ "control": true, "canary_path": host.canary(), "canary_secret": host.secret,
+                      "zygote_pids": [stand_in.0.id()] });
     fs::write(&cfg_path, cfg.to_string()).unwrap();
     let probe = host.path().join("escape.py");
     fs::write(&probe, PROBE).unwrap();
@@ -576,6 +698,7 @@ fn probes_report_escapes_when_run_on_the_host() {
         "userfaultfd",
         "ptrace(PTRACE_TRACEME)",
         "open /proc/sys/kernel/core_pattern for writing",
+        "reach the zygote's host pids (kill, pidfd, ptrace, /proc)",
     ];
     let mut out = String::from("\n== the same probes unsandboxed on the host (each must report ESCAPED)\n");
     let mut missed = Vec::new();

@@ -329,6 +329,9 @@ impl Backend for Jail {
             }
             _ => None,
         };
+        if let Some(f) = &forked {
+            f.fault("booting");
+        }
         let netns = match forked {
             Some(_) => None,
             None => netns.or_else(|| if self.host.make_ahead { self.netns.take() } else { self.netns.take_last() }),
@@ -375,7 +378,7 @@ impl Backend for Jail {
         let kernel = match (forked, &spec.zygote) {
             (Some(f), Some(w)) => {
                 let filters = [&self.agent_seccomp, &self.seccomp];
-                match super::zygotes::hand_off(f, &shell.cgroup.procs_files(), pid, w, spec.limits.pids, filters) {
+                match super::zygotes::hand_off(f, &*shell.cgroup, pid, w, spec.limits.pids, filters) {
                     Ok(k) => {
                         tracing::info!(sandbox = %shell.id, tenant = %w.tenant, "python kernel forked from the zygote");
                         Some(k)

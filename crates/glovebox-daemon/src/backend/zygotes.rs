@@ -14,12 +14,16 @@
 //! - Each zygote holds a shell (uid slot, run directory, cgroups) like a sandbox's; closing
 //!   kills it and every process in its cgroups and releases the shell. Its children are in
 //!   its cgroups until they are handed to a sandbox (then in the sandbox's, dying with it).
+//! - A forked kernel is in a cgroup of its own below the sandbox's ([`KERNEL_CGROUP`], where
+//!   the agent puts each command's), so killing the kernel kills whatever it started, as for
+//!   a kernel the agent starts.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use glovebox_jail::cgroup::Cgroup;
 use glovebox_jail::config::JailConfig;
 use glovebox_jail::kzygote::{self, Forked, KernelSpec};
 
@@ -194,18 +198,60 @@ fn start(want: &ZygoteWant, spec: &Spec, mk: &Maker<'_>) -> Result<Zygote, Strin
     }
 }
 
+/// The forked kernel's cgroup, a child of the sandbox's command parent beside the agent's
+/// `cmd-N` (never one of their names).
+pub(super) const KERNEL_CGROUP: &str = "kernel-forked";
+
+/// Makes the forked kernel's cgroup in the sandbox's (`cg`): the `cgroup.procs` files a
+/// process joins to be in it (the sandbox's own in every other hierarchy), and the cgroup
+/// with how to kill what is in it.
+fn kernel_cgroup(cg: &dyn Cgroup) -> Result<(Vec<PathBuf>, crate::kernels::KernelCgroup), String> {
+    let (parent, kill) = cg.command_parent();
+    let dir = parent.join(KERNEL_CGROUP);
+    std::fs::create_dir(&dir).map_err(|e| format!("kernel cgroup {}: {e}", dir.display()))?;
+    let mut procs: Vec<PathBuf> =
+        cg.procs_files().into_iter().filter(|p| p.parent() != Some(parent.as_path())).collect();
+    procs.push(dir.join("cgroup.procs"));
+    Ok((procs, crate::kernels::KernelCgroup { dir, kill }))
+}
+
 /// Hands a zygote's child the sandbox booted in its user namespace (PID 1 `pid1`, cgroups
-/// `procs`): the kernel it forks there, confined like a command of the agent's (the
-/// zygote's and the commands' seccomp filters, the agent's Landlock rules, uid 0 of the
-/// sandbox without capabilities), and the daemon's ends of its stdio.
+/// `cg`): the kernel it forks there, in a cgroup of its own ([`KERNEL_CGROUP`]), confined
+/// like a command of the agent's (the zygote's and the commands' seccomp filters, the
+/// agent's Landlock rules, uid 0 of the sandbox without capabilities), and the daemon's ends
+/// of its stdio. On failure the child is killed and the kernel's cgroup emptied and removed.
 pub(super) fn hand_off(
+    f: Forked,
+    cg: &dyn Cgroup,
+    pid1: i32,
+    want: &ZygoteWant,
+    pids: u64,
+    filters: [&Option<Filter>; 2],
+) -> Result<crate::kernels::Forked, String> {
+    let (procs, cgroup) = kernel_cgroup(cg)?;
+    let forked = hand_off_into(f, &procs, pid1, want, pids, filters);
+    match forked {
+        Ok((pidfd, stdin, stdout, stderr)) => {
+            Ok(crate::kernels::Forked { pidfd, stdin, stdout, stderr, cgroup: Some(cgroup) })
+        }
+        Err(e) => {
+            cgroup.kill_and_remove();
+            Err(e)
+        }
+    }
+}
+
+/// The daemon's ends of a forked kernel: its pidfd, stdin, stdout, stderr.
+type KernelEnds = (OwnedFd, OwnedFd, OwnedFd, OwnedFd);
+
+fn hand_off_into(
     f: Forked,
     procs: &[PathBuf],
     pid1: i32,
     want: &ZygoteWant,
     pids: u64,
     filters: [&Option<Filter>; 2],
-) -> Result<crate::kernels::Forked, String> {
+) -> Result<KernelEnds, String> {
     // The kernel keeps the zygote's filter (the commands' plus the way in: `zygote.json`), which
     // stands where a command has the agent's (the commands' plus nothing); on top it installs
     // the commands' own: two filters, the commands' confinement exactly, as a command has.
@@ -241,5 +287,5 @@ pub(super) fn hand_off(
         rustix::process::Pid::from_raw(kpid).ok_or_else(|| "the kernel reported no pid".to_string()).and_then(|p| {
             rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).map_err(|e| format!("pidfd: {e}"))
         })?;
-    Ok(crate::kernels::Forked { pidfd, stdin: in_w, stdout: out_r, stderr: err_r })
+    Ok((pidfd, in_w, out_r, err_r))
 }

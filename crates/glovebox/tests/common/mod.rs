@@ -1119,3 +1119,98 @@ pub fn sandbox_body(extra: Value) -> Value {
     }
     b
 }
+
+// ---------------------------------------------------------------------------------------
+// Python kernels forked from a zygote (`glovebox serve --code-zygote`)
+// ---------------------------------------------------------------------------------------
+
+/// Whether the shared store has the code-interpreter template (scripts/test builds it);
+/// says so when not.
+pub fn have_ci_template() -> bool {
+    let ok = std::env::var_os("GLOVEBOX_TEMPLATES_DIR")
+        .map(|d| std::path::Path::new(&d).join("templates/code-interpreter.json").is_file())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED: no code-interpreter template (scripts/test builds it: scripts/build-code-interpreter)");
+    }
+    ok
+}
+
+/// A request as `key` (a tenant's API key), or as the daemon's own key when `None`.
+pub fn as_key(d: &Daemon, key: Option<&str>, m: reqwest::Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut rb = match key {
+        Some(k) => d.req_noauth(m, path).bearer_auth(k),
+        None => d.req(m, path),
+    };
+    if let Some(b) = body {
+        rb = rb.json(b);
+    }
+    d.send(rb)
+}
+
+/// Runs `code` in the default python context of sandbox `id`; the execution.
+pub fn cell(d: &Daemon, key: Option<&str>, id: &str, code: &str) -> Value {
+    let (st, v) =
+        as_key(d, key, reqwest::Method::POST, &format!("/v1/sandboxes/{id}/code"), Some(&json!({ "code": code })));
+    assert_eq!(st, 200, "run_code: {v}");
+    v
+}
+
+/// An execution's stdout, joined.
+pub fn stdout(ex: &Value) -> String {
+    ex["logs"]["stdout"].as_array().map(|a| a.iter().filter_map(|s| s.as_str()).collect()).unwrap_or_default()
+}
+
+/// The ids of the zygotes the daemon started, by tenant (from its log), registered for the
+/// leak check.
+pub fn zygotes(d: &Daemon) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut by: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for line in d.log().lines().filter(|l| l.contains("python kernel zygote started")) {
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .map(|v| v.trim_matches('"').to_string())
+        };
+        if let (Some(t), Some(z)) = (field("tenant"), field("zygote")) {
+            d.register(&z);
+            by.entry(t).or_default().push(z);
+        }
+    }
+    by
+}
+
+/// Creates code-interpreter sandboxes (as `key`'s tenant) until one has its python kernel
+/// forked from the zygote and serving (the first create starts the zygote and gets the
+/// agent's kernel meanwhile); the others are destroyed. Bounded.
+pub fn forked_sandbox(d: &Daemon, key: Option<&str>) -> String {
+    let body = sandbox_body(json!({ "template": "code-interpreter" }));
+    let got = poll(Duration::from_secs(90), Duration::from_millis(200), || {
+        let (st, v) = as_key(d, key, reqwest::Method::POST, "/v1/sandboxes", Some(&body));
+        assert_eq!(st, 201, "{v}");
+        let id = v["id"].as_str().expect("id").to_string();
+        d.register(&id);
+        // Whether it got a forked kernel is logged during its boot, before the create answers.
+        let line = |what: &str| d.log().lines().any(|l| l.contains(what) && l.contains(&format!("sandbox={id}")));
+        if line("python kernel forked from the zygote") {
+            let ready = poll(Duration::from_secs(20), Duration::from_millis(50), || {
+                if line("forked python kernel:") {
+                    return Some(false);
+                }
+                line("python kernel from the zygote ready").then_some(true)
+            });
+            assert_eq!(ready, Some(true), "the forked kernel of {id} did not serve:\n{}", d.log());
+            return Some(id);
+        }
+        let _ = as_key(d, key, reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"), None);
+        std::thread::sleep(Duration::from_millis(500));
+        None
+    });
+    got.unwrap_or_else(|| panic!("no sandbox got a kernel from the zygote within 90 s:\n{}", d.log()))
+}
+
+/// A new API key of `tenant`.
+pub fn tenant_key(d: &Daemon, tenant: &str) -> String {
+    let (st, v) = d.post("/v1/keys", &json!({ "tenant": tenant, "name": "test" }));
+    assert_eq!(st, 201, "{v}");
+    v["key"].as_str().expect("key").to_string()
+}

@@ -49,6 +49,10 @@ CONTROL = bool(CFG.get("control"))
 # jail-specific check cannot apply there (no securebits, no ia32 ABI, gVisor's own sysfs and
 # netstack, an identity uid map inside), it checks what stands in for it, and says so.
 GVISOR = CFG.get("isolation") == "gvisor"
+# Run as a code cell in a python kernel's own process (`"seat": "kernel"`), not as a command:
+# the kernel keeps its protocol pipes (and IPython its event loop) as fds of its own, and its
+# environment is a kernel's (`allowed_env`, the names a kernel the agent started has).
+KERNEL = CFG.get("seat") == "kernel"
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -265,18 +269,19 @@ def probe_host_canary():
 
 
 def probe_other_sandbox():
-    secret = CFG.get("other_secret")
-    if not secret:
-        return
-    found = []
+    # `other_secrets`: {which sandbox: its secret}, when there are several to look for.
+    secrets = CFG.get("other_secrets") or ({"": CFG["other_secret"]} if CFG.get("other_secret") else {})
     roots = ["/tmp", "/home", "/dev/shm", "/var/tmp", "/run", "/root"]
     roots += [f"/proc/{p}/root/tmp" for p in pids()]
-    for r in roots:
-        for dirpath, _, files in os.walk(r):
-            for n in files:
-                if try_read(os.path.join(dirpath, n), secret):
-                    found.append(os.path.join(dirpath, n))
-    out("read another sandbox's files", "ESCAPED" if found else "BLOCKED", found[:3] or "secret not found")
+    for which, secret in sorted(secrets.items()):
+        found = []
+        for r in roots:
+            for dirpath, _, files in os.walk(r):
+                for n in files:
+                    if try_read(os.path.join(dirpath, n), secret):
+                        found.append(os.path.join(dirpath, n))
+        name = f"read another sandbox's files ({which})" if which else "read another sandbox's files"
+        out(name, "ESCAPED" if found else "BLOCKED", found[:3] or "secret not found")
 
 
 def probe_write_outside():
@@ -352,12 +357,27 @@ def probe_fds():
         except OSError:
             pass  # the listing's own fd, closed by now
     targets = {fd: os.readlink(f"/proc/self/fd/{fd}") for fd in (0, 1, 2)}
+    if KERNEL:
+        # The kernel's own: its protocol pipes and IPython's event loop, or a file that is the
+        # very file its path names in here. Anything else (a socket: the zygote's control
+        # channel; a file or directory of the host's or the zygote's) was inherited.
+        def own(fd, t):
+            if t.startswith(("pipe:", "anon_inode:")) or t == "/dev/null":
+                return True
+            try:
+                a, b = os.fstat(fd), os.stat(t)
+                return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+            except OSError:
+                return False
+        kept = sorted({t.split("[")[0] for fd, t in extra.items() if own(fd, t)})
+        extra = {fd: t for fd, t in extra.items() if not own(fd, t)}
     bad = extra or any(not (t.startswith("pipe:") or t == "/dev/null") for t in targets.values())
-    out("inherited fds", "ESCAPED" if bad else "BLOCKED", f"extra={extra} std={targets}")
+    own_note = f" the kernel's own: {kept}" if KERNEL else ""
+    out("inherited fds", "ESCAPED" if bad else "BLOCKED", f"extra={extra} std={targets}{own_note}")
 
 
 def probe_env():
-    allowed = {"PATH", "HOME", "LANG", "USER"}
+    allowed = set(CFG["allowed_env"]) if KERNEL else {"PATH", "HOME", "LANG", "USER"}
     extra = sorted(k for k in os.environ if k not in allowed)
     canary = CFG.get("daemon_canary", "\0")
     leaked = [p for p in pids() if try_read(f"/proc/{p}/environ", canary) or try_read(f"/proc/{p}/cmdline", canary)]
@@ -739,6 +759,41 @@ def probe_kill():
         f"{'; '.join(steps)}; pid 1 alive: {alive}")
 
 
+def probe_zygote():
+    """A python kernel zygote (`zygote_pids`: its processes' host pids, and another tenant's
+    zygote's) is in no sandbox's PID namespace: from here its pids name nothing, or a process
+    of this sandbox (then it is left alone). The host checks that every zygote process
+    survived."""
+    zpids = CFG.get("zygote_pids")
+    if not zpids:
+        return
+    mine = set(pids())
+    reached, notes = [], []
+    for zp in zpids:
+        if zp in mine and not CONTROL:
+            notes.append(f"{zp}: a process of this sandbox, left alone")
+            continue
+        for what, fn in (
+            ("kill -9", lambda: os.kill(zp, signal.SIGKILL)),
+            ("pidfd_open", lambda: os.close(os.pidfd_open(zp))),
+            ("open /proc/PID/ns/user", lambda: os.close(os.open(f"/proc/{zp}/ns/user", os.O_RDONLY))),
+            ("list /proc/PID/root", lambda: os.listdir(f"/proc/{zp}/root")),
+            ("read /proc/PID/environ", lambda: open(f"/proc/{zp}/environ", "rb").close()),
+        ):
+            try:
+                fn()
+                reached.append(f"{what} {zp}")
+            except OSError as ex:
+                notes.append(f"{what} {zp}: {ename(ex.errno)}")
+        r, e = sc(101, 16, zp, 0, 0)  # PTRACE_ATTACH
+        if refused(r, e) or (r == -1 and e == errno.ESRCH):
+            notes.append(f"ptrace {zp}: {ename(e)}")
+        else:
+            reached.append(f"ptrace {zp}: {r}")
+    out("reach the zygote's host pids (kill, pidfd, ptrace, /proc)", "ESCAPED" if reached else "BLOCKED",
+        reached[:3] or " ".join(notes[:8]))
+
+
 # ---------------------------------------------------------------------------------------
 # Network
 # ---------------------------------------------------------------------------------------
@@ -892,7 +947,7 @@ PROBES = [
     (probe_setuid, False), (probe_other_sandbox, False), (probe_write_outside, False),
     (probe_exe_overwrite, False), (probe_fds, False), (probe_env, False), (probe_mounts, False),
     (probe_mknod, False), (probe_cgroups, False), (probe_clock_and_hostname, False), (probe_kill, False),
-    (probe_sockets, False), (probe_egress, False),
+    (probe_sockets, False), (probe_egress, False), (probe_zygote, True),
 ]
 
 if __name__ == "__main__":
