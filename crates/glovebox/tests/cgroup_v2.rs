@@ -5,6 +5,11 @@
 //! (scripts/qemu-cgroup-v2-guest): create, exec, memory limit → OOM reported, pids limit, CPU
 //! quota, timeout kill, deny-all egress, teardown. The guest has no network device.
 //!
+//! A boot whose guest kernel locks up (a soft lockup: seen once in CI, both vCPUs stuck in the
+//! daemon's threads from its start; never reproduced here in 14 boots, 3 of them with the host
+//! loaded) panics fast and is booted once more by the script; a second lock-up, or any check
+//! that fails, fails the test.
+//!
 //! First run: the kernel package is downloaded from the Debian archive and the guest's root
 //! image built into target/qemu/ (~70 s here in all); later runs boot in ~50 s.
 
@@ -74,14 +79,24 @@ fn the_v2_driver_passes_its_smoke_suite_in_a_unified_hierarchy_guest() {
     let took = t0.elapsed();
     let console = fs::read_to_string(out.path().join("console.log")).unwrap_or_default();
     let result = fs::read_to_string(out.path().join("result")).unwrap_or_default();
+    // A first boot whose guest kernel locked up (the script boots once more; see there).
+    let first = fs::read_to_string(out.path().join("console-1.log")).ok();
     let context = format!(
-        "scripts/qemu-cgroup-v2 exited {:?} after {:.0} s\n--- stderr\n{}\n--- guest console\n{}",
+        "scripts/qemu-cgroup-v2 exited {:?} after {:.0} s\n--- stderr\n{}\n--- guest console\n{}{}",
         o.code(),
         took.as_secs_f64(),
         o.stderr_str(),
-        console
+        console,
+        first
+            .as_deref()
+            .map(|c| format!("\n--- the first boot's console (its kernel locked up)\n{c}"))
+            .unwrap_or_default()
     );
     eprintln!("qemu-cgroup-v2: {:.0} s", took.as_secs_f64());
+    if let Some(c) = &first {
+        let lockups: Vec<&str> = c.lines().filter(|l| l.contains("soft lockup")).take(3).collect();
+        eprintln!("qemu-cgroup-v2: the first boot's guest kernel locked up, booted again: {lockups:?}");
+    }
 
     // The evidence that the guest saw a unified hierarchy only.
     let mounts: Vec<&str> = console
