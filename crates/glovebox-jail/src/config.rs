@@ -7,6 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::KillMethod;
 
+/// Debug builds only: whether `GLOVEBOX_DEBUG_CGROUP_MIGRATE` is set in the daemon's
+/// environment (see [`JailConfig::cgroup_migrate`]); read once.
+pub fn debug_cgroup_migrate() -> bool {
+    static SET: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    cfg!(debug_assertions) && *SET.get_or_init(|| std::env::var_os("GLOVEBOX_DEBUG_CGROUP_MIGRATE").is_some())
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JailConfig {
     pub id: String,
@@ -43,8 +50,14 @@ pub struct JailConfig {
     pub flat_root: bool,
     /// Size cap of `/dev/shm` (its pages count against the memory limit).
     pub shm_bytes: u64,
-    /// `cgroup.procs` files the jailer joins before creating namespaces.
+    /// `cgroup.procs` files the jailer joins before creating namespaces. On a cgroup v2 host
+    /// (one file, on cgroup2) the jailer instead clones the sandbox's first process into that
+    /// directory and never joins it itself (see `jailer::run`).
     pub cgroup_procs: Vec<PathBuf>,
+    /// Join by writing `cgroup.procs` even where clone3 could start the sandbox's first
+    /// process in its cgroup (debug builds' A/B switch, `GLOVEBOX_DEBUG_CGROUP_MIGRATE`).
+    #[serde(default)]
+    pub cgroup_migrate: bool,
     /// Directory (delegated to the range's uid) for per-command child cgroups.
     pub command_cgroup: Option<(PathBuf, KillMethod)>,
     /// Process cap (also applied as RLIMIT_NPROC: the uid range is this sandbox's alone).

@@ -530,6 +530,7 @@ mod tests {
                 flat_root: true,
                 shm_bytes: 64 << 20,
                 cgroup_procs: vec![],
+                cgroup_migrate: false,
                 command_cgroup: None,
                 pids: 512,
                 seccomp: None,

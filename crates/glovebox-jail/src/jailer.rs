@@ -32,7 +32,7 @@
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
@@ -265,10 +265,22 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
     // defaults back before its exec.
     sys::default_signals().ctx("reset signal dispositions")?;
     sys::ignore_sigpipe().ctx("ignore SIGPIPE")?;
-    let me = sys::getpid().to_string();
-    for procs in &cfg.cgroup_procs {
-        fs::write(procs, &me).ctx_at("join cgroup", procs)?;
-    }
+    // A jailer stuck past the daemon's deadline ends itself (SIGALRM's default action); on a
+    // v2 host it is not in the sandbox's cgroup, which the daemon kills on a timeout. A and
+    // PID 1 do not inherit the alarm.
+    sys::alarm(crate::launch::START_DEADLINE.as_secs() as u32 + 5);
+    // On a cgroup v2 host A is born in the sandbox's cgroup (clone3 `CLONE_INTO_CGROUP`,
+    // below) and the jailer never joins it: a migration takes the writer side of the kernel's
+    // thread-group lock, which waits for an RCU grace period (5–18 ms measured, see
+    // docs/benchmarks.md) unless another migration had it moments before. Elsewhere (v1, a
+    // fake tree, an older kernel) the jailer joins first, and A inherits its cgroups.
+    let into = match cgroup2_dir(cfg)? {
+        Some(dir) => Some(dir),
+        None => {
+            join_cgroups(cfg)?;
+            None
+        }
+    };
     let cg = match &cfg.command_cgroup {
         // A detached clone of the cgroup dir's mount, not a plain fd of it: `..` cannot climb
         // above a mount without a parent, so `/proc/self/fd/N/..` in a child of PID 1 (as a
@@ -298,7 +310,18 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
     };
     let (go_r, go_w) = sys::pipe().ctx("pipe")?;
     let flags = if given.is_some() { 0 } else { libc::CLONE_NEWUSER };
-    match sys::fork_with(flags).ctx("clone user namespace")? {
+    let forked = match &into {
+        Some(dir) => match sys::fork_into_cgroup(flags, dir.as_fd()) {
+            Err(e) if sys::clone_into_cgroup_unsupported(&e) => {
+                join_cgroups(cfg)?;
+                sys::fork_with(flags)
+            }
+            r => r,
+        },
+        None => sys::fork_with(flags),
+    };
+    drop(into);
+    match forked.ctx("clone user namespace")? {
         sys::Forked::Child => {
             drop(go_w);
             child_a(cfg, go_r, listener, cg, given)
@@ -319,6 +342,33 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
             }
         }
     }
+}
+
+/// Writes the jailer's pid into every `cgroup.procs` of the config (a migration).
+fn join_cgroups(cfg: &JailConfig) -> Result<()> {
+    let me = sys::getpid().to_string();
+    for procs in &cfg.cgroup_procs {
+        fs::write(procs, &me).ctx_at("join cgroup", procs)?;
+    }
+    Ok(())
+}
+
+/// The sandbox's cgroup directory, opened, when A can be born in it: one `cgroup.procs`
+/// whose directory is on a cgroup v2 filesystem (not on v1 or under a fake tree), and the
+/// daemon did not ask for the migration (`JailConfig::cgroup_migrate`).
+fn cgroup2_dir(cfg: &JailConfig) -> Result<Option<OwnedFd>> {
+    let [procs] = cfg.cgroup_procs.as_slice() else { return Ok(None) };
+    if cfg.cgroup_migrate {
+        return Ok(None);
+    }
+    let Some(dir) = procs.parent() else { return Ok(None) };
+    let f = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)
+        .ctx_at("open cgroup", dir)?;
+    let fd = OwnedFd::from(f);
+    Ok(sys::is_cgroup2(fd.as_fd()).ctx_at("statfs cgroup", dir)?.then_some(fd))
 }
 
 fn parent(cfg: &JailConfig, child: libc::pid_t, go: OwnedFd, given: Option<File>) -> Result<()> {

@@ -201,7 +201,9 @@ impl Launcher {
         // Ours must go for the read below to see EOF once the jailer's processes are done.
         drop(status_w);
         drop(log);
-        // On a timeout the caller kills the sandbox's cgroups, which the jailer joins first.
+        // On a timeout the caller kills the sandbox's cgroups: A and PID 1 are in them, and so
+        // is the jailer on v1; on v2 it is not (it clones A into the cgroup), and its alarm
+        // ends it 5 s after this deadline (`jailer::run`).
         let text = read_until_eof(&mut File::from(status_r), START_DEADLINE)?;
         parse_status(&text)
     }

@@ -250,6 +250,7 @@ impl Jail {
             disk_bytes: disk_bytes(l),
             shm_bytes: shm_bytes(l),
             cgroup_procs: shell.cgroup.procs_files(),
+            cgroup_migrate: glovebox_jail::config::debug_cgroup_migrate(),
             command_cgroup: Some(shell.cgroup.command_parent()),
             pids: l.pids,
             seccomp: self.seccomp.clone(),

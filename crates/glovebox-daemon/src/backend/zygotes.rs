@@ -157,6 +157,7 @@ fn start(want: &ZygoteWant, spec: &Spec, mk: &Maker<'_>) -> Result<Zygote, Strin
         flat_root: spec.layers.is_empty(),
         shm_bytes: 1 << 20,
         cgroup_procs: shell.cgroup.procs_files(),
+        cgroup_migrate: false,
         command_cgroup: None,
         pids: PIDS,
         seccomp: None,
