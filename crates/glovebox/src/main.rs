@@ -390,6 +390,8 @@ fn main() {
             tracing_subscriber::EnvFilter::new(if matches!(cli.cmd, Cmd::Serve(_)) { "info" } else { "warn" })
         }))
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: a log file or the journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
