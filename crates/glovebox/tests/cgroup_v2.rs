@@ -38,6 +38,7 @@ const CHECKS: &[&str] = &[
     "deny-all-egress",
     "teardown",
     "daemon-exit-clean",
+    "doctor-migrations",
 ];
 
 fn qemu_pids() -> BTreeSet<u32> {
