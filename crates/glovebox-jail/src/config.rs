@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::KillMethod;
 
+/// How long a jail may take to come up before the launch counts as failed.
+pub const START_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Debug builds only: whether `GLOVEBOX_DEBUG_CGROUP_MIGRATE` is set in the daemon's
 /// environment (see [`JailConfig::cgroup_migrate`]); read once.
 pub fn debug_cgroup_migrate() -> bool {

@@ -268,7 +268,7 @@ fn run(cfg: &JailConfig) -> Result<Booted> {
     // A jailer stuck past the daemon's deadline ends itself (SIGALRM's default action); on a
     // v2 host it is not in the sandbox's cgroup, which the daemon kills on a timeout. A and
     // PID 1 do not inherit the alarm.
-    sys::alarm(crate::launch::START_DEADLINE.as_secs() as u32 + 5);
+    sys::alarm(crate::config::START_DEADLINE.as_secs() as u32 + 5);
     // On a cgroup v2 host A is born in the sandbox's cgroup (clone3 `CLONE_INTO_CGROUP`,
     // below) and the jailer never joins it: a migration takes the writer side of the kernel's
     // thread-group lock, which waits for an RCU grace period (5–18 ms measured, see

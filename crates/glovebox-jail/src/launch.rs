@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use crate::config::JailConfig;
 use crate::error::{Ctx, JailError, Result};
 
-/// How long a jail may take to come up before the launch counts as failed.
-pub const START_DEADLINE: Duration = Duration::from_secs(10);
+pub use crate::config::START_DEADLINE;
 
 /// Starts a sandbox; returns the host pid of its PID 1 (the agent).
 ///
