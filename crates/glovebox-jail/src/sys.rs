@@ -849,7 +849,7 @@ mod tests {
 
     #[test]
     fn fork_into_cgroup_starts_the_child_in_the_cgroup_and_leaves_the_parent_where_it_was() {
-        if unsafe_is_not_root() {
+        if not_root() {
             eprintln!("skipped: needs root (a cgroup directory)");
             return;
         }
@@ -884,7 +884,7 @@ mod tests {
         assert!(!is_cgroup2(OwnedFd::from(std::fs::File::open("/proc").unwrap()).as_fd()).unwrap());
     }
 
-    fn unsafe_is_not_root() -> bool {
+    fn not_root() -> bool {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() != 0 }
     }
