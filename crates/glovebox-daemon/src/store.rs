@@ -251,32 +251,58 @@ pub struct CommandRecord {
 /// instead of a fraction of one. A passive checkpoint on another connection never blocks the
 /// writer; past `CHECKPOINT_RESTART_FRAMES` one restart checkpoint (which waits for the writer)
 /// makes the log start over, so it stays bounded under writes without a pause.
-fn start_checkpointer(path: &Path, first_here: bool) -> std::io::Result<std::sync::mpsc::Sender<()>> {
+///
+/// A log whose every frame is copied starts over at the next write, which first writes a new
+/// log header and syncs it (SQLite's guard against reordered writes after a restart): 0.3–5 ms
+/// of `fsync` that the first create or destroy after each quiet second paid on its request's
+/// path. So after a checkpoint that copied everything, this thread makes the log start over
+/// itself with a write that changes nothing (`start_log_over`), and the request's write
+/// appends to it. Only when something new was committed since its last pass (`data_version`),
+/// so an idle daemon syncs nothing. A one-shot process (which lives a few tens of milliseconds)
+/// leaves the restart to the writer, as SQLite does.
+///
+/// `one_shot`: the first checkpoint on the thread, at once, instead of before returning (see
+/// [`Store::open_one_shot`]), and no restarts of the log.
+fn start_checkpointer(path: &Path, one_shot: bool) -> std::io::Result<std::sync::mpsc::Sender<()>> {
     let conn = Connection::open(path).map_err(std::io::Error::other)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(std::io::Error::other)?;
     // A first checkpoint now opens the connection's log file: the daemon's set of open files
     // is complete once the store is open (the load test checks it does not change). Else it
     // is the thread's first pass, at once.
-    if first_here {
+    if !one_shot {
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).map_err(std::io::Error::other)?;
     }
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::Builder::new().name("store-checkpoint".into()).spawn(move || {
-        let mut wait = if first_here { CHECKPOINT_EVERY } else { Duration::ZERO };
+        let mut wait = if one_shot { Duration::ZERO } else { CHECKPOINT_EVERY };
+        // `PRAGMA data_version` at the last pass: it changes when another connection commits.
+        let mut seen = None;
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
             wait = CHECKPOINT_EVERY;
+            let version = conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)).ok();
+            if version.is_some() && version == seen {
+                continue;
+            }
+            seen = version;
             // (busy, frames in the log, frames copied into the file)
-            let ran = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+            let ran = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            });
             match ran {
                 // The log restarts from its beginning at the first write after a checkpoint
                 // that copied all of it; under writes without a pause, every passive one is
                 // overtaken and the log (and its index, mapped in every connection) only
                 // grows. Past the bound, one checkpoint waits for the writer to let it finish:
                 // most frames are copied already, so the wait is short and rare.
-                Ok(frames) if frames > CHECKPOINT_RESTART_FRAMES => {
+                Ok((_, frames, _)) if frames > CHECKPOINT_RESTART_FRAMES => {
                     if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())) {
                         tracing::warn!("store: checkpoint (restart): {e}");
+                    } else if !one_shot {
+                        start_log_over(&conn, version);
                     }
+                }
+                Ok((0, frames, copied)) if !one_shot && frames > 0 && copied == frames => {
+                    start_log_over(&conn, version)
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!("store: checkpoint: {e}"),
@@ -284,6 +310,25 @@ fn start_checkpointer(path: &Path, first_here: bool) -> std::io::Result<std::syn
         }
     })?;
     Ok(stop)
+}
+
+/// A write that changes nothing (the header's user version, which this store does not use,
+/// set to what it is; a row rewritten as it was writes no page): the first write after a
+/// complete checkpoint makes the log start over, header and `fsync` included. Skipped when
+/// another connection committed since `checked` (the `data_version` the checkpoint started
+/// at): the log is not all copied then, and that writer may be writing again.
+fn start_log_over(conn: &Connection, checked: Option<i64>) {
+    let now = conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)).ok();
+    if now.is_none() || now != checked {
+        return;
+    }
+    let write = || -> rusqlite::Result<()> {
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        conn.execute_batch(&format!("PRAGMA user_version = {v}"))
+    };
+    if let Err(e) = write() {
+        tracing::warn!("store: starting the log over: {e}");
+    }
 }
 
 pub struct Store {
@@ -301,15 +346,15 @@ const CHECKPOINT_RESTART_FRAMES: i64 = 4000;
 impl Store {
     /// Opens (creating if needed) `<data_dir>/glovebox.db` and brings its schema up to date.
     pub fn open(data_dir: &Path) -> Result<Store> {
-        Store::open_with(data_dir, true)
+        Store::open_with(data_dir, false)
     }
 
-    fn open_with(data_dir: &Path, first_checkpoint_here: bool) -> Result<Store> {
+    fn open_with(data_dir: &Path, one_shot: bool) -> Result<Store> {
         let path = data_dir.join("glovebox.db");
         let conn =
             Connection::open(&path).map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
         let mut store = Store::init(conn, &path.display().to_string())?;
-        match start_checkpointer(&path, first_checkpoint_here) {
+        match start_checkpointer(&path, one_shot) {
             Ok(stop) => {
                 // The checkpointer does it now; a commit on a request's path never does.
                 store.with(|c| c.pragma_update(None, "wal_autocheckpoint", 0)).map_err(q("wal_autocheckpoint"))?;
@@ -324,7 +369,7 @@ impl Store {
     /// the checkpointer's first pass, which folds the log an earlier process left into the
     /// file (three `fsync`s), runs on its own thread instead of before the store is returned.
     pub fn open_one_shot(data_dir: &Path) -> Result<Store> {
-        Store::open_with(data_dir, false)
+        Store::open_with(data_dir, true)
     }
 
     /// A private in-memory store (tests).
@@ -802,6 +847,58 @@ mod tests {
         };
         assert!(grown > before + 1_000_000, "database file {before} -> {grown} bytes: never checkpointed");
         assert_eq!(s.events(None, 0, 1000).unwrap().len(), 400);
+    }
+
+    /// The write-ahead log header's salts: new ones at every start over of the log.
+    fn log_restarts(wal: &Path) -> Vec<u8> {
+        std::fs::read(wal).unwrap_or_default().get(16..24).map(<[u8]>::to_vec).unwrap_or_default()
+    }
+
+    /// Waits (bounded) for the log to start over after `from`.
+    fn restarted_after(wal: &Path, from: &[u8]) -> bool {
+        let deadline = std::time::Instant::now() + 4 * CHECKPOINT_EVERY;
+        while std::time::Instant::now() < deadline {
+            if log_restarts(wal) != from {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn the_checkpointer_starts_the_log_over_so_a_request_write_never_syncs_it() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open(t.path()).unwrap();
+        let wal = t.path().join("glovebox.db-wal");
+        s.add_event("a", "created", None, None).unwrap();
+        let after_write = log_restarts(&wal);
+        // Checkpointed, then started over by the checkpointer: no write of ours meanwhile.
+        assert!(restarted_after(&wal, &after_write), "the checkpointer never started the log over");
+        // A write now appends to that log: it neither restarts it nor syncs its header.
+        let before = log_restarts(&wal);
+        s.add_event("a", "destroyed", None, None).unwrap();
+        assert_eq!(log_restarts(&wal), before, "the request's write started the log over itself");
+        assert_eq!(s.events(None, 0, 10).unwrap().len(), 2);
+        // That write is checkpointed and the log started over once more; then, with nothing
+        // new committed, the checkpointer leaves it alone (an idle daemon syncs nothing).
+        assert!(restarted_after(&wal, &before), "the second write was never checkpointed");
+        let idle = log_restarts(&wal);
+        std::thread::sleep(CHECKPOINT_EVERY * 5 / 2);
+        assert_eq!(log_restarts(&wal), idle, "the log started over with nothing written");
+    }
+
+    #[test]
+    fn a_one_shot_store_leaves_the_restart_to_the_writer() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Store::open_one_shot(t.path()).unwrap();
+        let wal = t.path().join("glovebox.db-wal");
+        s.add_event("a", "created", None, None).unwrap();
+        let after_write = log_restarts(&wal);
+        std::thread::sleep(CHECKPOINT_EVERY * 5 / 2);
+        assert_eq!(log_restarts(&wal), after_write, "a one-shot store's checkpointer wrote to the log");
+        s.add_event("a", "destroyed", None, None).unwrap();
+        assert_ne!(log_restarts(&wal), after_write, "the checkpointed log was not started over by the writer");
     }
 
     #[test]

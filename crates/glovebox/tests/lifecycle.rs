@@ -89,6 +89,38 @@ fn delete_then_gone_with_reason_killed() {
     d.shutdown_and_check_leaks();
 }
 
+/// The daemon's open files that are the namespace `ns` (as `readlink` names it).
+fn daemon_fds_on(d: &Daemon, ns: &str) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", d.pid())).expect("the daemon's fds");
+    fds.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == ns)).count()
+}
+
+#[test]
+fn the_daemon_holds_a_sandboxs_mount_namespace_only_until_its_release() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    d.sh_ok(&id, "echo hi");
+    let procs = processes_of(&id);
+    let ns = procs
+        .iter()
+        .find_map(|p| std::fs::read_link(format!("/proc/{}/ns/mnt", p.pid)).ok())
+        .unwrap_or_else(|| panic!("no process of {id} to read its mount namespace from: {procs:?}"));
+    let ns = ns.to_string_lossy().into_owned();
+    // Held while it lives (its unmounting is then not part of the kill a DELETE waits for) ...
+    assert_eq!(daemon_fds_on(&d, &ns), 1, "the daemon does not hold {id}'s mount namespace {ns}");
+    let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
+    assert_eq!(st, 204, "{v}");
+    assert!(processes_of(&id).is_empty(), "processes of {id} right after its DELETE returned");
+    // ... and let go with the rest of its release, so its mounts (and their memory) go too.
+    let released = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
+        (daemon_fds_on(&d, &ns) == 0).then_some(())
+    });
+    assert!(released.is_some(), "the daemon still holds {id}'s mount namespace {ns} 5 s after its DELETE");
+    assert_nothing_left(&id);
+    d.shutdown_and_check_leaks();
+}
+
 #[test]
 fn set_timeout_extends_and_shortens() {
     require_root!();

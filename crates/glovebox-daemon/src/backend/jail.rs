@@ -395,7 +395,8 @@ impl Backend for Jail {
         let Shell { id, slot, dir, cgroup, .. } = shell;
         let ahead = ahead.then(|| self.host.net.clone());
         let kernel = std::sync::Mutex::new(kernel);
-        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead, kernel }))
+        let mounts = super::jailed::hold_mounts(pid, pidfd.as_ref());
+        Ok(Box::new(Jailed { id, pid, pidfd, socket: jc.socket_path, dir, cgroup, slot, ahead, kernel, mounts }))
     }
 
     /// Checks, in order: PID 1 is the very process recorded (pid and start time, through a
@@ -425,6 +426,7 @@ impl Backend for Jail {
         Ok(Box::new(Jailed {
             id: rec.id.to_string(),
             pid: rec.pid,
+            mounts: super::jailed::hold_mounts(rec.pid, Some(&pidfd)),
             pidfd: Some(pidfd),
             socket,
             dir: rec.dir.to_path_buf(),
