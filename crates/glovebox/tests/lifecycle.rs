@@ -113,9 +113,8 @@ fn the_daemon_holds_a_sandboxs_mount_namespace_only_until_its_release() {
     assert_eq!(st, 204, "{v}");
     assert!(processes_of(&id).is_empty(), "processes of {id} right after its DELETE returned");
     // ... and let go with the rest of its release, so its mounts (and their memory) go too.
-    let released = common::poll(Duration::from_secs(5), Duration::from_millis(20), || {
-        (daemon_fds_on(&d, &ns) == 0).then_some(())
-    });
+    let released =
+        common::poll(Duration::from_secs(5), Duration::from_millis(20), || (daemon_fds_on(&d, &ns) == 0).then_some(()));
     assert!(released.is_some(), "the daemon still holds {id}'s mount namespace {ns} 5 s after its DELETE");
     assert_nothing_left(&id);
     d.shutdown_and_check_leaks();

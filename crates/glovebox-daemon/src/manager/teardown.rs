@@ -30,12 +30,8 @@ impl Manager {
         self.tenants.release(&sb.tenant, &sb.limits);
         self.tenants.ended(id, &sb.tenant);
         self.ports.forget(id);
-        let announced: Vec<_> = self.observers.iter().filter_map(|o| o.ended(&sb, reason, detail)).collect();
         self.registry.remember(id, reason);
         self.metrics.ended(reason);
-        for a in announced {
-            a();
-        }
         // What its agent still knows (of its commands), before the kill; a paused sandbox's
         // agent answers only thawed.
         if sb.clock.paused().is_some() {
@@ -51,8 +47,14 @@ impl Manager {
         sb.clock.wake.notify_one();
         sb.net.dns_stop.notify_waiters();
         // The kill is waited for: when this returns, nothing of the sandbox runs any more.
+        // Its end is recorded (one commit) while the kernel tears its processes down.
         let sb2 = sb.clone();
-        let gone = match tokio::task::spawn_blocking(move || sb2.host.kill()).await {
+        let killing = tokio::task::spawn_blocking(move || sb2.host.kill());
+        let announced: Vec<_> = self.observers.iter().filter_map(|o| o.ended(&sb, reason, detail)).collect();
+        for a in announced {
+            a();
+        }
+        let gone = match killing.await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(sandbox = %id, "kill task: {e}");
