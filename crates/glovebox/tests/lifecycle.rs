@@ -101,12 +101,17 @@ fn the_daemon_holds_a_sandboxs_mount_namespace_only_until_its_release() {
     let d = Daemon::start();
     let id = d.create(sandbox_body(json!({})));
     d.sh_ok(&id, "echo hi");
+    // Its processes' mount namespace (a host process in its cgroup, if any, is in the host's).
+    let host = std::fs::read_link("/proc/self/ns/mnt").expect("our mount namespace");
     let procs = processes_of(&id);
-    let ns = procs
+    let ns: std::collections::BTreeSet<_> = procs
         .iter()
-        .find_map(|p| std::fs::read_link(format!("/proc/{}/ns/mnt", p.pid)).ok())
-        .unwrap_or_else(|| panic!("no process of {id} to read its mount namespace from: {procs:?}"));
-    let ns = ns.to_string_lossy().into_owned();
+        .filter_map(|p| std::fs::read_link(format!("/proc/{}/ns/mnt", p.pid)).ok())
+        .filter(|ns| *ns != host)
+        .map(|ns| ns.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(ns.len(), 1, "the processes of {id} are not in one mount namespace of their own: {ns:?} {procs:?}");
+    let ns = ns.into_iter().next().unwrap_or_default();
     // Held while it lives (its unmounting is then not part of the kill a DELETE waits for) ...
     assert_eq!(daemon_fds_on(&d, &ns), 1, "the daemon does not hold {id}'s mount namespace {ns}");
     let (st, v) = d.delete(&format!("/v1/sandboxes/{id}"));
