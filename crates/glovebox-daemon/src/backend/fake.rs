@@ -57,7 +57,11 @@ pub(crate) struct Agent {
     life: Mutex<Option<StdStream>>,
     watch: StdStream,
     server: tokio::task::JoinHandle<()>,
+    /// Run at each reading of its usage (tests: what a caller sees at that moment).
+    on_stats: OnStats,
 }
+
+type OnStats = Mutex<Option<Box<dyn Fn() + Send + Sync>>>;
 
 impl Agent {
     pub(crate) fn id(&self) -> &str {
@@ -70,6 +74,11 @@ impl Agent {
 
     pub(crate) fn is_frozen(&self) -> bool {
         self.frozen.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` at each reading of its usage from now on (a destroy's final one included).
+    pub(crate) fn on_stats(&self, f: impl Fn() + Send + Sync + 'static) {
+        *lock(&self.on_stats) = Some(Box::new(f));
     }
 
     /// Ends the agent as a crash would: its socket stops answering, its exit is seen.
@@ -112,8 +121,15 @@ impl Backend for Fake {
         let (life, watch) = StdStream::pair().map_err(|e| Error::Start(format!("fake agent: {e}")))?;
         let frozen = Arc::new(AtomicBool::new(false));
         let server = rt.spawn(serve(listener, frozen.clone()));
-        let agent =
-            Arc::new(Agent { id, alive: AtomicBool::new(true), frozen, life: Mutex::new(Some(life)), watch, server });
+        let agent = Arc::new(Agent {
+            id,
+            alive: AtomicBool::new(true),
+            frozen,
+            life: Mutex::new(Some(life)),
+            watch,
+            server,
+            on_stats: Mutex::new(None),
+        });
         lock(&self.booted).push(agent.clone());
         Ok(Box::new(FakeInstance { agent, slot: n, dir, socket }))
     }
@@ -174,6 +190,9 @@ impl Instance for FakeInstance {
     }
 
     fn stats(&self) -> Option<Stats> {
+        if let Some(f) = &*lock(&self.agent.on_stats) {
+            f();
+        }
         Some(Stats {
             memory_current_bytes: 1 << 20,
             memory_peak_bytes: None,

@@ -31,9 +31,14 @@ impl Registry {
         self.live.write().unwrap_or_else(|p| p.into_inner()).insert(sb.id.clone(), sb);
     }
 
-    /// Unlists a sandbox; the caller ends it.
-    pub(crate) fn remove(&self, id: &str) -> Option<Arc<Sb>> {
-        self.live.write().unwrap_or_else(|p| p.into_inner()).remove(id)
+    /// Unlists a sandbox and remembers why it ended, in one step (the list held meanwhile): a
+    /// request never finds it neither live nor gone (it would be told "not found", or an agent
+    /// error mapped as one, while the destroy is under way). The caller ends it.
+    pub(crate) fn retire(&self, id: &str, reason: EndReason) -> Option<Arc<Sb>> {
+        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
+        let sb = live.remove(id)?;
+        self.remember(id, reason);
+        Some(sb)
     }
 
     /// Unlists every sandbox.

@@ -24,13 +24,12 @@ impl Manager {
         // A timeout's or an idle clock's destroy runs on a task of its own: a shutdown
         // meanwhile waits for it (see `settle_releases`).
         let _ending = self.destroying.read().await;
-        let Some(sb) = self.registry.remove(id) else { return false };
+        let Some(sb) = self.registry.retire(id, reason) else { return false };
         let _work = self.sandbox_work.guard();
         sb.meter.finish(sb.stats().as_ref());
         self.tenants.release(&sb.tenant, &sb.limits);
         self.tenants.ended(id, &sb.tenant);
         self.ports.forget(id);
-        self.registry.remember(id, reason);
         self.metrics.ended(reason);
         // What its agent still knows (of its commands), before the kill; a paused sandbox's
         // agent answers only thawed.

@@ -32,6 +32,30 @@ async fn create_lists_and_destroy_answers_gone() {
 }
 
 #[tokio::test]
+async fn a_sandbox_being_destroyed_is_gone_from_the_moment_it_is_unlisted() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    // The destroy's final usage reading comes right after the sandbox leaves the live list:
+    // a request then must be told "gone, killed", never "not found".
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (m, id, seen2) = (std::sync::Arc::downgrade(&f.m), sb.id.clone(), seen.clone());
+    f.fake.agent(&sb.id).expect("booted").on_stats(move || {
+        if let Some(m) = m.upgrade() {
+            let answer = match m.get(&id) {
+                Ok(_) => "live".to_string(),
+                Err(Error::Gone { reason, .. }) => format!("gone {}", reason.as_str()),
+                Err(e) => format!("{e}"),
+            };
+            seen2.lock().expect("seen").push(answer);
+        }
+    });
+    assert!(f.m.destroy(&sb.id, EndReason::Killed).await);
+    let seen = seen.lock().expect("seen").clone();
+    assert!(!seen.is_empty(), "the destroy read no usage");
+    assert!(seen.iter().all(|a| a == "gone killed"), "while being destroyed, the sandbox was answered as {seen:?}");
+}
+
+#[tokio::test]
 async fn unknown_sandbox_is_not_found() {
     let f = fixture();
     assert!(matches!(f.m.get("nope"), Err(Error::SandboxNotFound(_))));
