@@ -74,12 +74,18 @@ impl Slots {
 
     fn try_take(&self, n: u32, id: &str) -> std::io::Result<Option<Slot>> {
         let path = self.path(n);
-        let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+        Self::claim(n, path, file, id)
+    }
+
+    /// Takes slot `n`, whose lock file at `path` was opened as `file`, for `id` if it is free.
+    fn claim(n: u32, path: PathBuf, mut file: File, id: &str) -> std::io::Result<Option<Slot>> {
         if flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive).is_err() {
             return Ok(None);
         }
-        // The file may have been unlinked by its previous holder between our open and lock.
-        if !path.exists() {
+        // The file may have been unlinked by its previous holder between our open and lock,
+        // and another made in its place since: the lock counts only on the file the path names.
+        if !names_file(&path, &file) {
             return Ok(None);
         }
         let mut prev = String::new();
@@ -123,6 +129,15 @@ impl Slots {
     }
 }
 
+/// Whether `path` names the file open as `f` (not one made in its place).
+fn names_file(path: &Path, f: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +168,25 @@ mod tests {
         let slot = s.adopt(7, "old").unwrap().unwrap();
         assert_eq!(slot.index, 7);
         assert!(s.is_held(7));
+    }
+
+    #[test]
+    fn a_lock_file_replaced_between_open_and_lock_is_not_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let s = Slots::new(t.path()).unwrap();
+        let path = t.path().join("7.lock");
+        // A taker opens slot 7's file (empty: its holder is ending)...
+        fs::write(&path, "").unwrap();
+        let stale = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        // ...the holder unlinks it and lets go, and another taker makes a new one and holds it.
+        fs::remove_file(&path).unwrap();
+        let other = s.try_take(7, "other").unwrap().expect("slot 7 was free");
+        // The first taker's lock on the unlinked file must not count: two sandboxes would
+        // share one uid range (and one link name).
+        assert!(Slots::claim(7, path.clone(), stale, "mine").unwrap().is_none());
+        assert!(s.is_held(7));
+        assert_eq!(fs::read_to_string(&path).unwrap(), "other");
+        drop(other);
+        assert!(!s.is_held(7));
     }
 }

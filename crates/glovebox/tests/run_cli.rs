@@ -33,6 +33,40 @@ fn embedded_run_prints_42_and_leaves_nothing() {
     assert_no_leaks(&ids, &[o.pid, o2.pid]);
 }
 
+/// Another Glovebox process on the host (a daemon, an embedded run) makes a sandbox's
+/// directory under a hidden name and renames it whole; an embedded run's start-up
+/// reconciliation, which removes sandbox directories naming no held uid slot, once caught a
+/// daemon's directory between its `mkdir` and its slot file and removed it (the daemon's next
+/// create failed: 500, "sandbox dir: No such file or directory"). One being made is left
+/// alone while its maker holds the slot it names, and swept once nobody does.
+#[test]
+fn an_embedded_run_leaves_a_sandbox_directory_being_made_alone_while_its_slot_is_held() {
+    require_root!();
+    let run_dir = common::run_dir();
+    let slots = glovebox_daemon::slots::Slots::new(&run_dir.join("slots")).expect("slots dir");
+    let id = format!("gbtest{}", common::rand_token(10));
+    let slot = slots.take(&id).expect("a free uid slot");
+    let making = run_dir.join("sandboxes").join(format!(".making-{}-{id}", slot.index));
+    std::fs::create_dir(&making).expect("mkdir");
+    std::fs::write(making.join("slot"), slot.index.to_string()).expect("slot file");
+    let dir = tempdir("gbtest-making-");
+    let o = run(cli_embedded(dir.path()), &["--", "true"], None);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    let kept = making.exists();
+    let n = slot.index;
+    drop(slot);
+    assert!(kept, "an embedded run removed a sandbox directory being made: {}", o.stderr_str());
+    assert!(!o.stderr_str().contains(&id), "it took it for an orphan: {}", o.stderr_str());
+    // Its maker gone (the slot no longer held), the next process's sweep removes it.
+    let o = run(cli_embedded(dir.path()), &["--", "true"], None);
+    assert_eq!(o.code(), Some(0), "{}", o.stderr_str());
+    let left = making.exists();
+    if left {
+        let _ = std::fs::remove_dir_all(&making);
+    }
+    assert!(!left, "a dead maker's directory (slot {n}) was not swept: {}", o.stderr_str());
+}
+
 #[test]
 fn run_through_daemon_basics() {
     require_root!();

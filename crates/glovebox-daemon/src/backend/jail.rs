@@ -441,6 +441,10 @@ impl Backend for Jail {
         let entries: Vec<_> = fs::read_dir(&self.host.sandboxes).map(|rd| rd.flatten().collect()).unwrap_or_default();
         let mut out = Vec::new();
         for e in entries {
+            // One being made (see `making_name`): not a sandbox yet.
+            if e.file_name().as_encoded_bytes().starts_with(MAKING.as_bytes()) {
+                continue;
+            }
             let slot = fs::read_to_string(e.path().join("slot")).ok().and_then(|s| s.trim().parse::<u32>().ok());
             if slot.is_some_and(|n| self.host.slots.is_held(n)) {
                 continue;
@@ -483,12 +487,23 @@ impl Backend for Jail {
                 }
                 let owner = fs::read_to_string(e.path()).unwrap_or_default();
                 let owner = owner.trim();
+                // Not adopted: someone holds it now (a process taking it between the two
+                // looks), and its file stays, or another process could take the slot too.
                 if owner.is_empty() || !dir.join(owner).exists() {
                     if let Ok(Some(s)) = h.slots.adopt(n, owner) {
                         drop(s);
-                    } else if owner.is_empty() {
-                        let _ = fs::remove_file(e.path());
                     }
+                }
+            }
+        }
+        // Sandbox directories whose making a process did not finish (it died: its slot is
+        // no longer held).
+        if let Ok(entries) = fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(n) = making_slot(&name) else { continue };
+                if !h.slots.is_held(n) {
+                    let _ = fs::remove_dir_all(e.path());
                 }
             }
         }
@@ -711,16 +726,21 @@ impl Host {
     fn make_shell(&self, id: String, cl: &cgroup::Limits) -> Result<Shell> {
         let slot = self.slots.take(&id).map_err(|e| Error::Unavailable(format!("uid range: {e}")))?;
         let dir = self.sandboxes.join(&id);
+        // Made under a name orphan scans skip, then renamed whole: another Glovebox process on
+        // this run dir (an embedded run's start-up reconciliation) takes a sandbox directory
+        // that names no held slot for one its owner left, and removes it.
+        let new = self.sandboxes.join(making_name(slot.index, &id));
         let mk = || -> std::io::Result<()> {
-            fs::create_dir(&dir)?;
-            fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))?;
-            fs::write(dir.join("slot"), slot.index.to_string())?;
-            let mnt = dir.join("mnt");
+            fs::create_dir(&new)?;
+            fs::set_permissions(&new, fs::Permissions::from_mode(0o711))?;
+            fs::write(new.join("slot"), slot.index.to_string())?;
+            let mnt = new.join("mnt");
             fs::create_dir(&mnt)?;
-            fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))
+            fs::set_permissions(&mnt, fs::Permissions::from_mode(0o711))?;
+            fs::rename(&new, &dir)
         };
         if let Err(e) = mk() {
-            let _ = fs::remove_dir_all(&dir);
+            let _ = fs::remove_dir_all(&new);
             return Err(Error::Internal(format!("sandbox dir: {e}")));
         }
         match self.cgroups.create(&id, cl, slot.uid_base()) {
@@ -731,6 +751,20 @@ impl Host {
             }
         }
     }
+}
+
+/// The prefix of a sandbox directory being made (see `Host::make_shell`).
+const MAKING: &str = ".making-";
+
+/// The name sandbox `id`'s directory is made under before it is renamed to `id`; it names
+/// the uid slot held meanwhile, so a sweep can tell whether its maker is still alive.
+fn making_name(slot: u32, id: &str) -> String {
+    format!("{MAKING}{slot}-{id}")
+}
+
+/// The slot a directory being made names (see [`making_name`]).
+fn making_slot(name: &str) -> Option<u32> {
+    name.strip_prefix(MAKING)?.split_once('-')?.0.parse().ok()
 }
 
 /// How long the cgroup migration lock is kept warm for a first boot that does not come.
