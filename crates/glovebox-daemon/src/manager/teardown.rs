@@ -88,7 +88,16 @@ impl Manager {
         // A link made ahead is the backend's to remove (with the sandbox's release).
         let linked = sb.net.linked() && !sb.host.linked_ahead();
         let net = self.net.clone();
+        // At a quiet moment (no sandbox request in flight for 5 ms, waited for at most 50 ms),
+        // like the refills: unmounting its tree, removing its cgroups and directory beside the
+        // next request slowed that request (an exec right after another sandbox's destroy
+        // took 0.28-0.36 ms longer, docs/benchmarks.md). A one-shot run waits for its one
+        // release before it exits: nothing to wait for.
+        let work = (!self.cfg.one_shot).then(|| self.sandbox_work.clone());
         move || {
+            if let Some(w) = work {
+                crate::backend::made_ahead::quiet_moment(&w);
+            }
             let r = sb.host.release(gone);
             // Its processes are gone: its volumes may be unmounted from the host.
             drop(lock(&sb.volumes).take());

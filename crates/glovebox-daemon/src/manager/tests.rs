@@ -55,6 +55,31 @@ async fn a_sandbox_being_destroyed_is_gone_from_the_moment_it_is_unlisted() {
     assert!(seen.iter().all(|a| a == "gone killed"), "while being destroyed, the sandbox was answered as {seen:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destroyed_sandboxs_release_waits_for_a_moment_with_no_request_in_flight() {
+    let f = fixture();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    let dir = sb.host.dir().to_path_buf();
+    assert!(dir.exists());
+    // Another sandbox's request in flight.
+    let busy = f.m.sandbox_work.guard();
+    let t = Instant::now();
+    assert!(f.m.destroy(&sb.id, EndReason::Killed).await);
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    // The wait is bounded (50 ms): only a check made well inside the bound says anything.
+    let early = t.elapsed() < Duration::from_millis(40);
+    let kept = dir.exists();
+    drop(busy);
+    if early {
+        assert!(kept, "released while a request was in flight");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while dir.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(!dir.exists(), "not released once quiet");
+}
+
 #[tokio::test]
 async fn unknown_sandbox_is_not_found() {
     let f = fixture();
