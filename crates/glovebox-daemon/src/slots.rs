@@ -85,7 +85,7 @@ impl Slots {
         }
         // The file may have been unlinked by its previous holder between our open and lock,
         // and another made in its place since: the lock counts only on the file the path names.
-        if !names_file(&path, &file) {
+        if !crate::util::path_names_file(&path, &file) {
             return Ok(None);
         }
         let mut prev = String::new();
@@ -126,15 +126,6 @@ impl Slots {
             }
             Err(_) => true,
         }
-    }
-}
-
-/// Whether `path` names the file open as `f` (not one made in its place).
-fn names_file(path: &Path, f: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (f.metadata(), fs::symlink_metadata(path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
     }
 }
 

@@ -141,6 +141,16 @@ pub fn encode(b: &[u8], enc: glovebox_proto::api::Encoding) -> String {
     }
 }
 
+/// Whether `path` (still) names the file open as `f`, not one made in its place since (a
+/// lock taken on an open file counts only while its path names it).
+pub(crate) fn path_names_file(path: &std::path::Path, f: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (f.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

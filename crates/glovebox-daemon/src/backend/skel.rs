@@ -52,7 +52,7 @@ impl Skeleton {
             };
             rustix::fs::flock(&dir, rustix::fs::FlockOperation::LockShared)?;
             // A reaper may have removed it between the open and the lock.
-            if same_file(&dir, &path) {
+            if crate::util::path_names_file(&path, &dir) {
                 return Ok(Skeleton { path, _lock: dir });
             }
         }
@@ -61,14 +61,6 @@ impl Skeleton {
 
     pub(super) fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-/// Whether `path` (still) names the directory open as `f`.
-fn same_file(f: &fs::File, path: &Path) -> bool {
-    match (f.metadata(), fs::symlink_metadata(path)) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
     }
 }
 
@@ -141,7 +133,7 @@ pub(super) fn reap(bases: &Path, used: &HashSet<PathBuf>) {
     for (_, path) in unused.into_iter().skip(KEEP) {
         let Ok(dir) = fs::File::open(&path) else { continue };
         let locked = rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive);
-        if locked.is_ok() && same_file(&dir, &path) {
+        if locked.is_ok() && crate::util::path_names_file(&path, &dir) {
             let _ = fs::remove_dir_all(&path);
         }
     }
