@@ -60,6 +60,15 @@ impl Manager {
                 false
             }
         };
+        // Its volumes are free when the destroy answers (a `volume rm` right after it must
+        // not find this sandbox a user): its processes are gone, the binds went with their
+        // mount namespace, and a volume nobody uses is unmounted from the host here.
+        let held = if gone { lock(&sb.volumes).take() } else { None };
+        if let Some(held) = held {
+            if let Err(e) = tokio::task::spawn_blocking(move || drop(held)).await {
+                tracing::error!(sandbox = %id, "volume release task: {e}");
+            }
+        }
         // What is left is bookkeeping of dead processes (cgroups, the run directory, the
         // veth, the uid slot): released after the answer, off the request's path. Unless
         // PID 1 was not seen gone (no pidfd, or it outlived the 5 s wait): then the release's
@@ -93,13 +102,15 @@ impl Manager {
         // next request slowed that request (an exec right after another sandbox's destroy
         // took 0.28-0.36 ms longer, docs/benchmarks.md). A one-shot run waits for its one
         // release before it exits: nothing to wait for.
-        let work = (!self.cfg.one_shot).then(|| self.sandbox_work.clone());
+        // A release the destroy waits for (PID 1 not seen gone) runs at once.
+        let work = (!self.cfg.one_shot && gone).then(|| self.sandbox_work.clone());
         move || {
             if let Some(w) = work {
                 crate::backend::made_ahead::quiet_moment(&w);
             }
             let r = sb.host.release(gone);
-            // Its processes are gone: its volumes may be unmounted from the host.
+            // Its processes are gone (the release's cgroup kill ended any left): its volumes
+            // (if the destroy did not free them) may be unmounted from the host.
             drop(lock(&sb.volumes).take());
             if linked {
                 net.detach(sb.slot());
