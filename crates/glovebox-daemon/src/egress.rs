@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 use glovebox_proto::api::EgressEntry;
 use glovebox_proto::policy::Policy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 
 use crate::secrets::SecretStore;
 
@@ -262,12 +263,7 @@ fn a_records(r: &[u8]) -> Vec<Ipv4Addr> {
 }
 
 /// Runs the filtering resolver on `sock` until `stop`.
-pub fn spawn_resolver(
-    sock: tokio::net::UdpSocket,
-    upstream: SocketAddr,
-    eg: Arc<Egress>,
-    stop: Arc<tokio::sync::Notify>,
-) {
+pub fn spawn_resolver(sock: tokio::net::UdpSocket, upstream: SocketAddr, eg: Arc<Egress>, stop: CancellationToken) {
     let sock = Arc::new(sock);
     let inflight = Arc::new(tokio::sync::Semaphore::new(64));
     tokio::spawn(async move {
@@ -275,7 +271,7 @@ pub fn spawn_resolver(
         loop {
             let (n, from) = tokio::select! {
                 r = sock.recv_from(&mut buf) => match r { Ok(x) => x, Err(_) => continue },
-                _ = stop.notified() => return,
+                _ = stop.cancelled() => return,
             };
             let q = buf[..n].to_vec();
             let Some((name, qtype, qend)) = question(&q) else { continue };
@@ -361,12 +357,12 @@ pub fn http_host(b: &[u8]) -> Option<String> {
 }
 
 /// Runs the proxy on `listener` until `stop`.
-pub fn spawn_proxy(listener: tokio::net::TcpListener, eg: Arc<Egress>, stop: Arc<tokio::sync::Notify>) {
+pub fn spawn_proxy(listener: tokio::net::TcpListener, eg: Arc<Egress>, stop: CancellationToken) {
     tokio::spawn(async move {
         loop {
             let (conn, _) = tokio::select! {
                 r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
-                _ = stop.notified() => return,
+                _ = stop.cancelled() => return,
             };
             // Relayed requests are small writes: Nagle would hold them back for an ACK.
             let _ = conn.set_nodelay(true);
@@ -533,7 +529,14 @@ fn dns_upstream() -> Option<SocketAddr> {
 }
 
 /// Starts the sandbox's resolver and proxy on the host end of its link.
-pub fn spawn_services(slot: u32, eg: Arc<Egress>, stop: Arc<tokio::sync::Notify>) -> crate::error::Result<()> {
+/// Nothing is started for a sandbox already being destroyed (`stop` cancelled). `stop` is a
+/// level, not an edge: a service whose task has not run yet when the destroy cancels it
+/// still sees it (with a notification, such a task kept its address bound for good, and the
+/// next sandbox on the slot failed to bind it).
+pub fn spawn_services(slot: u32, eg: Arc<Egress>, stop: CancellationToken) -> crate::error::Result<()> {
+    if stop.is_cancelled() {
+        return Ok(());
+    }
     let (host, _) = crate::net::link_addrs(slot);
     let upstream = dns_upstream()
         .ok_or_else(|| crate::error::Error::Unavailable("no DNS upstream (set GLOVEBOX_DNS_UPSTREAM)".into()))?;
@@ -553,6 +556,29 @@ pub fn spawn_services(slot: u32, eg: Arc<Egress>, stop: Arc<tokio::sync::Notify>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A destroy that comes before the services' tasks first run (a create answered, then
+    /// destroyed at once) still stops them: their sockets are closed and the address is free
+    /// for the next sandbox on the slot.
+    #[tokio::test(flavor = "current_thread")]
+    async fn services_stopped_before_they_first_run_close_their_sockets() {
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = Arc::new(SecretStore::open(dir.path()).unwrap());
+        let eg = Egress::new(Policy::deny_all(), secrets, "default");
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let (tcp_at, udp_at) = (tcp.local_addr().unwrap(), udp.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        // On this one thread, neither task runs before the cancel.
+        spawn_proxy(tcp, eg.clone(), stop.clone());
+        spawn_resolver(udp, "127.0.0.1:9".parse().unwrap(), eg, stop.clone());
+        stop.cancel();
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        std::net::TcpListener::bind(tcp_at).expect("the proxy's address is free again");
+        std::net::UdpSocket::bind(udp_at).expect("the resolver's address is free again");
+    }
 
     #[test]
     fn parses_dns() {

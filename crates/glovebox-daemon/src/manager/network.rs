@@ -45,7 +45,7 @@ impl Manager {
     /// After [`Self::attach_ahead`]: the sandbox is linked; its resolver and proxy start.
     pub(crate) fn linked(&self, sb: &Arc<Sb>) -> Result<()> {
         lock(&sb.net.current).linked = true;
-        crate::egress::spawn_services(sb.slot(), sb.egress.clone(), sb.net.dns_stop.clone())
+        crate::egress::spawn_services(sb.slot(), sb.egress.clone(), sb.net.services_stop.clone())
     }
 
     /// Gives a sandbox its network link, resolver and DNS forwarder (see `net`).
@@ -71,7 +71,7 @@ impl Manager {
         linked?;
         lock(&sb.net.current).linked = true;
         written?;
-        crate::egress::spawn_services(slot, sb.egress.clone(), sb.net.dns_stop.clone())
+        crate::egress::spawn_services(slot, sb.egress.clone(), sb.net.services_stop.clone())
     }
 
     /// Gives the sandbox its CA (first brokering policy): the CA certificate goes into its

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use glovebox_jail::cgroup::Stats;
 use glovebox_proto::api::{self, Limits, NetworkPolicy, OnIdle, Sandbox, SandboxState};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::backend::Instance;
 use crate::util::{lock, rfc3339};
@@ -22,7 +23,8 @@ pub struct Network {
 /// A sandbox's network: the policy, the egress services' state and their stop signal.
 pub struct NetState {
     pub(crate) current: Mutex<Network>,
-    pub(crate) dns_stop: Arc<Notify>,
+    /// Cancelled by the destroy: the resolver and proxy stop (see `egress::spawn_services`).
+    pub(crate) services_stop: CancellationToken,
     /// Environment the trust store adds to every command once the sandbox has a CA.
     pub(crate) trust_env: Mutex<BTreeMap<String, String>>,
 }
@@ -31,7 +33,7 @@ impl NetState {
     pub(crate) fn new(policy: NetworkPolicy) -> NetState {
         NetState {
             current: Mutex::new(Network { policy, linked: false }),
-            dns_stop: Arc::new(Notify::new()),
+            services_stop: CancellationToken::new(),
             trust_env: Mutex::new(BTreeMap::new()),
         }
     }

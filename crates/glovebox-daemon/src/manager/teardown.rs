@@ -44,7 +44,7 @@ impl Manager {
             }
         }
         sb.clock.wake.notify_one();
-        sb.net.dns_stop.notify_waiters();
+        sb.net.services_stop.cancel();
         // The kill is waited for: when this returns, nothing of the sandbox runs any more.
         // Its end is recorded (one commit) while the kernel tears its processes down.
         let sb2 = sb.clone();

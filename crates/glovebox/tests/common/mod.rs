@@ -488,6 +488,36 @@ pub fn loop_devices_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The sandbox-link services `pid` still runs: its TCP listeners and UDP sockets bound on the
+/// sandbox network (10.213.0.0/16), as `proto address:port`. With no sandbox live there must
+/// be none (each linked sandbox's resolver and proxy stop with it).
+pub fn link_services(pid: u32) -> Vec<String> {
+    let inodes: BTreeSet<String> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_string))
+        .collect();
+    let mut found = Vec::new();
+    for proto in ["tcp", "udp"] {
+        let table = fs::read_to_string(format!("/proc/{pid}/net/{proto}")).unwrap_or_default();
+        for l in table.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else { continue };
+            let Some((ip, port)) = local.split_once(':') else { continue };
+            let Ok(ip) = u32::from_str_radix(ip, 16) else { continue };
+            // The kernel prints the address as the u32 it stores (network order), in host order.
+            let ip = std::net::Ipv4Addr::from(ip.to_le_bytes());
+            let listening = proto == "udp" || *state == "0A";
+            if listening && ip.octets()[..2] == [10, 213] && inodes.contains(*inode) {
+                found.push(format!("{proto} {ip}:{}", u16::from_str_radix(port, 16).unwrap_or(0)));
+            }
+        }
+    }
+    found
+}
+
 /// Polls [`leaks`] for a few seconds (killed processes take a moment to disappear), then
 /// panics with every leak found.
 pub fn assert_no_leaks(ids: &BTreeSet<String>, owner_pids: &[u32]) {
@@ -904,6 +934,14 @@ impl Daemon {
         if self.child.is_some() {
             // Sandboxes still live go down with the daemon; make sure we know their ids.
             let (st, v) = self.get("/v1/sandboxes");
+            if st == 200 && v["sandboxes"].as_array().is_some_and(|a| a.is_empty()) {
+                let mut left = Vec::new();
+                let stopped = poll(Duration::from_secs(3), Duration::from_millis(50), || {
+                    left = link_services(self.pid);
+                    left.is_empty().then_some(())
+                });
+                assert!(stopped.is_some(), "no sandbox is live, yet the daemon still serves sandbox links: {left:?}");
+            }
             if st == 200 {
                 for s in v["sandboxes"].as_array().into_iter().flatten() {
                     if let Some(id) = s["id"].as_str() {
