@@ -12,18 +12,31 @@
 //! whether commands run.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A spell this long with nothing in flight is a quiet moment (the daemon's background work
+/// waits for one, see `backend::made_ahead`).
+pub const QUIET: Duration = Duration::from_millis(5);
 
 #[derive(Debug)]
 pub struct Activity {
     busy: AtomicUsize,
-    last: Mutex<Instant>,
+    times: Mutex<Times>,
+}
+
+#[derive(Debug)]
+struct Times {
+    /// The last guard taken or dropped, or a touch.
+    last: Instant,
+    /// When the last quiet moment ([`QUIET`] or longer with no guard held) ended.
+    quiet_ended: Instant,
 }
 
 impl Default for Activity {
     fn default() -> Self {
-        Activity { busy: AtomicUsize::new(0), last: Mutex::new(Instant::now()) }
+        let now = Instant::now();
+        Activity { busy: AtomicUsize::new(0), times: Mutex::new(Times { last: now, quiet_ended: now }) }
     }
 }
 
@@ -38,14 +51,33 @@ impl Drop for Guard {
 }
 
 impl Activity {
+    fn times(&self) -> MutexGuard<'_, Times> {
+        self.times.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn touch(&self) {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.times().last = Instant::now();
     }
 
     pub fn guard(self: &Arc<Self>) -> Guard {
-        self.busy.fetch_add(1, Ordering::AcqRel);
-        self.touch();
+        let was_idle = self.busy.fetch_add(1, Ordering::AcqRel) == 0;
+        let now = Instant::now();
+        let mut t = self.times();
+        if was_idle && now.saturating_duration_since(t.last) >= QUIET {
+            t.quiet_ended = now;
+        }
+        t.last = now;
+        drop(t);
         Guard(self.clone())
+    }
+
+    /// How long since the last quiet moment: zero while one lasts.
+    pub fn since_quiet(&self) -> Duration {
+        let t = self.times();
+        if !self.busy() && t.last.elapsed() >= QUIET {
+            return Duration::ZERO;
+        }
+        t.quiet_ended.elapsed()
     }
 
     pub fn busy(&self) -> bool {
@@ -53,7 +85,7 @@ impl Activity {
     }
 
     pub fn last(&self) -> Instant {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+        self.times().last
     }
 }
 
@@ -74,5 +106,22 @@ mod tests {
         drop(g2);
         assert!(!a.busy());
         assert!(a.last() >= t0);
+    }
+
+    #[test]
+    fn a_quiet_moment_is_a_spell_of_quiet_long_enough() {
+        let a = Arc::new(Activity::default());
+        std::thread::sleep(QUIET + Duration::from_millis(1));
+        assert_eq!(a.since_quiet(), Duration::ZERO, "idle for longer than QUIET: quiet now");
+        let g1 = a.guard();
+        assert!(a.since_quiet() < QUIET, "the quiet moment just ended");
+        // Guards that overlap leave no gap: no quiet moment however long they last.
+        std::thread::sleep(QUIET);
+        let g2 = a.guard();
+        drop(g1);
+        std::thread::sleep(QUIET);
+        assert!(a.since_quiet() >= QUIET * 2, "{:?}", a.since_quiet());
+        drop(g2);
+        assert!(a.since_quiet() >= QUIET * 2, "just dropped: not quiet yet");
     }
 }

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use glovebox_jail::cgroup::{self, Cgroup};
 
-use crate::idle::Activity;
+use crate::idle::{Activity, QUIET};
 use crate::slots::Slot;
 use crate::util::lock;
 
-/// How long no sandbox work must have been in flight before a refill starts...
-const QUIET: Duration = Duration::from_millis(5);
-/// ...waiting at most this long (under sustained load there is no quiet moment).
+/// A refill waits for a quiet moment ([`QUIET`] with no sandbox work in flight), at most this
+/// long (under sustained load there is no quiet moment).
 const QUIET_BOUND: Duration = Duration::from_millis(50);
 
 /// How much longer to wait, since `start`, for a moment with no sandbox work in flight for
@@ -36,6 +35,16 @@ pub(crate) fn quiet_moment(work: &Activity) {
     let start = Instant::now();
     while let Some(step) = quiet_wait(work, start) {
         std::thread::sleep(step);
+    }
+}
+
+/// For the release of a destroyed sandbox: a quiet moment if one is likely near (one came
+/// within the last [`QUIET_BOUND`]), else at once. With requests back to back none comes, and
+/// waiting out the bound would drop the release on a later request at random; at once it
+/// runs in the gap its destroy's answer leaves, as it did before releases waited.
+pub(crate) fn release_moment(work: &Activity) {
+    if work.since_quiet() <= QUIET_BOUND {
+        quiet_moment(work);
     }
 }
 

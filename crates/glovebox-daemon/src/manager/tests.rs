@@ -80,6 +80,25 @@ async fn a_destroyed_sandboxs_release_waits_for_a_moment_with_no_request_in_flig
     assert!(!dir.exists(), "not released once quiet");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_requests_back_to_back_a_destroyed_sandbox_is_released_at_once() {
+    let f = fixture();
+    // Requests in flight with no gap between them for longer than the quiet wait's bound.
+    let busy = f.m.sandbox_work.guard();
+    let sb = f.m.create(CreateSandbox::default()).await.expect("create");
+    let dir = sb.host.dir().to_path_buf();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let t = Instant::now();
+    assert!(f.m.destroy(&sb.id, EndReason::Killed).await);
+    while dir.exists() && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Waiting for a quiet moment would have taken the whole bound (50 ms): the guard is held.
+    assert!(t.elapsed() < Duration::from_millis(50), "released after {:?}", t.elapsed());
+    assert!(f.m.sandbox_work.busy(), "the request in flight all along");
+    drop(busy);
+}
+
 #[tokio::test]
 async fn unknown_sandbox_is_not_found() {
     let f = fixture();
