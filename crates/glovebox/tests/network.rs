@@ -459,3 +459,31 @@ fn sandboxes_past_the_first_tables_room_get_their_policy_from_further_tables() {
     d.shutdown_and_check_leaks();
     inet::assert_no_net_state(pid);
 }
+
+#[test]
+fn concurrent_policy_changes_on_an_unlinked_sandbox_both_succeed() {
+    require_root!();
+    // Two updates that both give a deny-all sandbox its first link, at once: one links it,
+    // the other finds it linked (neither may make a second link or a second resolver).
+    let d = Daemon::start();
+    for round in 0..3 {
+        let id = d.create(sandbox_body(json!({ "network": { "mode": "deny-all" } })));
+        let put = |allow: &str| {
+            let policy = json!({ "mode": "allow-list", "allow": [allow] });
+            let r = d.req(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/network")).json(&policy).send();
+            r.map(|r| (r.status().as_u16(), r.text().unwrap_or_default())).expect("update")
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| put("198.51.100.0/24:80"));
+            let b = s.spawn(|| put("198.51.100.0/24:443"));
+            (a.join().expect("a"), b.join().expect("b"))
+        });
+        assert_eq!((a.0, b.0), (200, 200), "round {round}: {a:?} {b:?}");
+        let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+        assert_eq!(st, 200, "{v}");
+        let ports = v["network"]["allow"].to_string();
+        assert!(ports.contains(":80\"") || ports.contains(":443\""), "one of the two is in force: {v}");
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).0, 204);
+    }
+    d.shutdown_and_check_leaks();
+}

@@ -110,6 +110,12 @@ impl Manager {
     pub async fn set_network(&self, id: &str, np: NetworkPolicy) -> Result<Arc<Sb>> {
         let sb = self.get(id)?;
         let policy = glovebox_proto::policy::parse(&np).map_err(Error::Invalid)?;
+        // One change at a time (the first link is made once; the rules, the proxy's policy
+        // and the record end as one change left them).
+        let one = sb.net.changing.lock().await;
+        // A destroy that came meanwhile waited for any change under way, then released the
+        // link as it found it: a change after it would link a dead sandbox.
+        self.get(id)?;
         crate::egress::Egress::check_secrets(&self.secrets, &sb.tenant, &policy).map_err(Error::Invalid)?;
         self.prepare(&sb, &policy).await?;
         if !sb.net.linked() {
@@ -127,6 +133,7 @@ impl Manager {
         if let Err(e) = self.store.set_config(&sb.id, &sb.config()) {
             tracing::error!(sandbox = %sb.id, "store network: {e}");
         }
+        drop(one);
         Ok(sb)
     }
 }

@@ -25,6 +25,8 @@ pub struct NetState {
     pub(crate) current: Mutex<Network>,
     /// Cancelled by the destroy: the resolver and proxy stop (see `egress::spawn_services`).
     pub(crate) services_stop: CancellationToken,
+    /// Held across a policy change: two at once must not both give the sandbox its link.
+    pub(crate) changing: tokio::sync::Mutex<()>,
     /// Environment the trust store adds to every command once the sandbox has a CA.
     pub(crate) trust_env: Mutex<BTreeMap<String, String>>,
 }
@@ -34,6 +36,7 @@ impl NetState {
         NetState {
             current: Mutex::new(Network { policy, linked: false }),
             services_stop: CancellationToken::new(),
+            changing: tokio::sync::Mutex::new(()),
             trust_env: Mutex::new(BTreeMap::new()),
         }
     }

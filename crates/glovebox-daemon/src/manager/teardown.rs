@@ -74,6 +74,9 @@ impl Manager {
         // PID 1 was not seen gone (no pidfd, or it outlived the 5 s wait): then the release's
         // cgroup kill is what ends the rest, and it is waited for.
         let from_snapshot = sb.origin.is_some();
+        // A policy change under way finishes first (it may be making the link the release
+        // must remove); one that comes after finds the sandbox gone.
+        drop(sb.net.changing.lock().await);
         let work = self.release_work(sb, reason, gone);
         if !gone {
             if let Err(e) = tokio::task::spawn_blocking(work).await {
