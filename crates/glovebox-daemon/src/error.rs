@@ -25,6 +25,9 @@ pub enum Error {
     /// A request reached a paused sandbox that does not resume on requests.
     #[error("sandbox {0} is paused (created with auto_resume false): resume it first")]
     Paused(String),
+    /// A sandbox was paused while a request waited on its processes.
+    #[error("sandbox {0} was paused while this request waited on it: what the request started is frozen with it and goes on when it resumes")]
+    PausedMeanwhile(String),
     /// A volume a live sandbox has mounted was to be deleted.
     #[error("{0}")]
     VolumeInUse(String),
@@ -72,7 +75,7 @@ impl Error {
             Error::NotFound { .. } => ErrorCode::NotFound,
             Error::Gone { .. } => ErrorCode::SandboxGone,
             Error::Conflict(_) => ErrorCode::Conflict,
-            Error::Paused(_) => ErrorCode::SandboxPaused,
+            Error::Paused(_) | Error::PausedMeanwhile(_) => ErrorCode::SandboxPaused,
             Error::VolumeInUse(_) => ErrorCode::VolumeInUse,
             Error::Unavailable(_) => ErrorCode::Unavailable,
             Error::Quota(_) => ErrorCode::QuotaExceeded,

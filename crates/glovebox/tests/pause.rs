@@ -188,3 +188,47 @@ fn a_restart_keeps_a_paused_sandbox_paused_and_resumable() {
     let (st, _) = d.delete(&format!("/v1/sandboxes/{id}"));
     assert_eq!(st, 204);
 }
+
+#[test]
+fn a_request_waiting_on_a_sandbox_that_is_paused_is_answered_at_once() {
+    require_root!();
+    let d = Daemon::start();
+    let id = d.create(sandbox_body(json!({})));
+    // A foreground command that writes a line, then waits; the pause comes while it waits.
+    let waiting = std::thread::scope(|s| {
+        let exec = s.spawn(|| {
+            let body = json!({ "cmd": "echo started > /tmp/mark; sleep 2; echo done >> /tmp/mark" });
+            let t = Instant::now();
+            // Bounded: without an answer it would wait for the resume that never comes.
+            let r = d
+                .req(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/exec"))
+                .json(&body)
+                .timeout(Duration::from_secs(10))
+                .send();
+            match r {
+                Ok(r) => (r.status().as_u16(), r.json::<Value>().unwrap_or_default(), t),
+                Err(e) => (0, json!({ "client": e.to_string() }), t),
+            }
+        });
+        let started = poll(Duration::from_secs(10), Duration::from_millis(20), || {
+            let r = d.sh(&id, "cat /tmp/mark 2>/dev/null");
+            r["stdout"].as_str().is_some_and(|o| o.contains("started")).then_some(())
+        });
+        assert!(started.is_some(), "the command did not start");
+        let paused_at = Instant::now();
+        pause(&d, &id);
+        let (st, v, sent) = exec.join().expect("exec thread");
+        (st, v, sent.elapsed(), paused_at.elapsed())
+    });
+    let (st, v, _, since_pause) = waiting;
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("sandbox_paused")), "{v}");
+    assert!(since_pause < Duration::from_secs(2), "answered {since_pause:?} after the pause");
+    assert_eq!(state(&d, &id), "paused", "the answer left it paused");
+    // Resumed, the command goes on where it stood.
+    resume(&d, &id);
+    let done = poll(Duration::from_secs(10), Duration::from_millis(100), || {
+        let r = d.sh(&id, "cat /tmp/mark");
+        r["stdout"].as_str().is_some_and(|o| o.contains("done")).then_some(())
+    });
+    assert!(done.is_some(), "the frozen command did not go on after the resume");
+}

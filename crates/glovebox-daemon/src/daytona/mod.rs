@@ -132,7 +132,9 @@ impl From<Error> for DtError {
                 return DtError::daemon(StatusCode::NOT_FOUND, "PROCESS_NOT_FOUND", e.to_string())
             }
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => StatusCode::NOT_FOUND,
-            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) => StatusCode::CONFLICT,
+            Error::Conflict(_) | Error::Paused(_) | Error::PausedMeanwhile(_) | Error::VolumeInUse(_) => {
+                StatusCode::CONFLICT
+            }
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::HibernateUnavailable(_) => StatusCode::NOT_IMPLEMENTED,

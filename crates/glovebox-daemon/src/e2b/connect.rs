@@ -97,7 +97,9 @@ impl From<Error> for RpcError {
             Error::Invalid(_) => Code::InvalidArgument,
             Error::SandboxNotFound(_) | Error::Gone { .. } => Code::Unavailable,
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => Code::NotFound,
-            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) => Code::FailedPrecondition,
+            Error::Conflict(_) | Error::Paused(_) | Error::PausedMeanwhile(_) | Error::VolumeInUse(_) => {
+                Code::FailedPrecondition
+            }
             Error::Unavailable(_) | Error::Quota(_) => Code::ResourceExhausted,
             Error::HibernateUnavailable(_) => Code::Unimplemented,
             Error::SnapshotFailed(_) => Code::FailedPrecondition,

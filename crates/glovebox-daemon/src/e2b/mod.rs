@@ -156,7 +156,9 @@ impl From<Error> for RestError {
             Error::Invalid(_) => StatusCode::BAD_REQUEST,
             Error::SandboxNotFound(id) | Error::Gone { id, .. } => return RestError::sandbox_gone(id),
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => StatusCode::NOT_FOUND,
-            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) => StatusCode::CONFLICT,
+            Error::Conflict(_) | Error::Paused(_) | Error::PausedMeanwhile(_) | Error::VolumeInUse(_) => {
+                StatusCode::CONFLICT
+            }
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Quota(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::HibernateUnavailable(_) => StatusCode::NOT_IMPLEMENTED,

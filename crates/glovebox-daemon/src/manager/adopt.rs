@@ -140,6 +140,7 @@ impl Manager {
         let sb = Sb::new(settings, rec.config.network.clone(), run);
         // Paused when the previous daemon ended: still frozen, its clock stopped as stored.
         *crate::util::lock(&sb.clock.paused) = rec.config.paused_left_ms.map(Duration::from_millis);
+        sb.clock.pauses.send_replace(rec.config.paused_left_ms.is_some());
         Ok(Arc::new(sb))
     }
 

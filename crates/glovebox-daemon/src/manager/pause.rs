@@ -51,6 +51,7 @@ impl Manager {
         sb.host.freeze().map_err(|e| Error::Conflict(format!("sandbox {} cannot be paused: {e}", sb.id)))?;
         let left = lock(&sb.clock.deadline).at.saturating_duration_since(Instant::now());
         *paused = Some(left);
+        sb.clock.pauses.send_replace(true);
         drop(paused);
         sb.clock.wake.notify_one();
         self.store_clock(sb);
@@ -66,6 +67,7 @@ impl Manager {
         sb.host.thaw()?;
         *lock(&sb.clock.deadline) = Deadline::after(left);
         *paused = None;
+        sb.clock.pauses.send_replace(false);
         drop(paused);
         sb.activity.touch();
         sb.clock.wake.notify_one();

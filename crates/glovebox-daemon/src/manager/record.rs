@@ -74,6 +74,9 @@ pub struct Lifetime {
     pub(crate) wake: Notify,
     /// `Some(left)` while the sandbox is paused (see `manager::pause`).
     pub(crate) paused: Mutex<Option<Duration>>,
+    /// Whether it is paused, for requests in flight to watch (set with `paused`, under its
+    /// lock, by pause and resume).
+    pub(crate) pauses: tokio::sync::watch::Sender<bool>,
     /// Why it ended, when a request saw its processes gone before its watch did (a gVisor
     /// sentry takes a while to exit once killed): from then on it is gone to every caller,
     /// and the woken watch destroys it.
@@ -82,7 +85,25 @@ pub struct Lifetime {
 
 impl Lifetime {
     pub(crate) fn new(d: Deadline) -> Lifetime {
-        Lifetime { deadline: Mutex::new(d), wake: Notify::new(), paused: Mutex::new(None), ended: Default::default() }
+        Lifetime {
+            deadline: Mutex::new(d),
+            wake: Notify::new(),
+            paused: Mutex::new(None),
+            pauses: tokio::sync::watch::Sender::new(false),
+            ended: Default::default(),
+        }
+    }
+
+    /// Completes when the sandbox is paused (at once if it is): a request in flight that
+    /// waits on its processes races this, as they will not answer until a resume.
+    pub(crate) fn paused_meanwhile(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.pauses.subscribe();
+        async move {
+            if rx.wait_for(|p| *p).await.is_err() {
+                // The sandbox's record is gone: never paused from here on.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Records that the sandbox ended (the first reason stays) and wakes its watch; the

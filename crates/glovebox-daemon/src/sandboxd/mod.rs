@@ -168,9 +168,11 @@ pub(crate) fn status(e: Error) -> Status {
         Error::SandboxNotFound(_) | Error::NotFound { .. } | Error::TemplateNotBuilt { .. } | Error::Gone { .. } => {
             Status::not_found(msg)
         }
-        Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) | Error::HibernateUnavailable(_) => {
-            Status::failed_precondition(msg)
-        }
+        Error::Conflict(_)
+        | Error::Paused(_)
+        | Error::PausedMeanwhile(_)
+        | Error::VolumeInUse(_)
+        | Error::HibernateUnavailable(_) => Status::failed_precondition(msg),
         Error::Quota(_) => Status::resource_exhausted(msg),
         Error::Unavailable(_) => Status::unavailable(msg),
         Error::SnapshotFailed(_) => Status::aborted(msg),

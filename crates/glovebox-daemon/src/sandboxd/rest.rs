@@ -69,9 +69,11 @@ impl From<Error> for HttpError {
             | Error::NotFound { .. }
             | Error::Gone { .. }
             | Error::TemplateNotBuilt { .. } => (StatusCode::NOT_FOUND, "NOT_FOUND"),
-            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) | Error::HibernateUnavailable(_) => {
-                (StatusCode::CONFLICT, "FAILED_PRECONDITION")
-            }
+            Error::Conflict(_)
+            | Error::Paused(_)
+            | Error::PausedMeanwhile(_)
+            | Error::VolumeInUse(_)
+            | Error::HibernateUnavailable(_) => (StatusCode::CONFLICT, "FAILED_PRECONDITION"),
             Error::Quota(_) => (StatusCode::TOO_MANY_REQUESTS, "RESOURCE_EXHAUSTED"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
             Error::File { code, .. } => match code {

@@ -155,7 +155,9 @@ impl From<Error> for ApiError {
             // The SDK reads 410 as "the session stopped".
             Error::Gone { .. } => (StatusCode::GONE, "sandbox_stopped"),
             Error::NotFound { .. } | Error::TemplateNotBuilt { .. } => (StatusCode::NOT_FOUND, "not_found"),
-            Error::Conflict(_) | Error::Paused(_) | Error::VolumeInUse(_) => (StatusCode::CONFLICT, "conflict"),
+            Error::Conflict(_) | Error::Paused(_) | Error::PausedMeanwhile(_) | Error::VolumeInUse(_) => {
+                (StatusCode::CONFLICT, "conflict")
+            }
             Error::Quota(_) => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::HibernateUnavailable(_) => (StatusCode::BAD_REQUEST, "not_supported"),
