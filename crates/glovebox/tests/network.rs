@@ -487,3 +487,31 @@ fn concurrent_policy_changes_on_an_unlinked_sandbox_both_succeed() {
     }
     d.shutdown_and_check_leaks();
 }
+
+#[test]
+fn a_policy_change_racing_a_destroy_answers_cleanly_and_leaves_no_link() {
+    require_root!();
+    // A first link being made while the sandbox is destroyed: the change either finished
+    // first (200) or finds the sandbox gone (404/410); never a 5xx, and no link stays.
+    let mut d = Daemon::start_keeping();
+    let pid = d.pid();
+    for round in 0..6 {
+        let id = d.create(sandbox_body(json!({ "network": { "mode": "deny-all" } })));
+        let (change, kill) = std::thread::scope(|s| {
+            let change = s.spawn(|| {
+                let policy = json!({ "mode": "allow-list", "allow": ["198.51.100.0/24"] });
+                let r = d.req(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/network")).json(&policy).send();
+                r.map(|r| (r.status().as_u16(), r.text().unwrap_or_default())).expect("update")
+            });
+            // Staggered a little differently each round, so both orders come up.
+            std::thread::sleep(Duration::from_millis(round * 2));
+            let kill = d.delete(&format!("/v1/sandboxes/{id}"));
+            (change.join().expect("change"), kill)
+        });
+        assert!(matches!(change.0, 200 | 404 | 410), "round {round}: the change answered {change:?}");
+        assert_eq!(kill.0, 204, "round {round}: {:?}", kill.1);
+    }
+    d.stop();
+    inet::assert_no_net_state(pid);
+    d.shutdown_and_check_leaks();
+}

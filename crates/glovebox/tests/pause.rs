@@ -232,3 +232,32 @@ fn a_request_waiting_on_a_sandbox_that_is_paused_is_answered_at_once() {
     });
     assert!(done.is_some(), "the frozen command did not go on after the resume");
 }
+
+#[test]
+fn a_policy_change_and_a_pause_at_once_both_finish() {
+    require_root!();
+    // A first link writes the resolver's address into the sandbox: a pause in the middle of
+    // it would freeze the agent under the change. The pause waits for the change instead
+    // (and a change on a paused sandbox resumes it first, as any request reaching it).
+    let d = Daemon::start();
+    for round in 0..4u64 {
+        let id = d.create(sandbox_body(json!({ "network": { "mode": "deny-all" } })));
+        let bounded = |method: reqwest::Method, path: String, body: Value| {
+            let r = d.req(method, &path).json(&body).timeout(Duration::from_secs(30)).send();
+            r.map(|r| r.status().as_u16()).unwrap_or(0)
+        };
+        let (change, paused) = std::thread::scope(|s| {
+            let change = s.spawn(|| {
+                let policy = json!({ "mode": "allow-list", "allow": ["198.51.100.0/24"] });
+                bounded(reqwest::Method::PUT, format!("/v1/sandboxes/{id}/network"), policy)
+            });
+            std::thread::sleep(Duration::from_millis(round * 3));
+            let paused = bounded(reqwest::Method::POST, format!("/v1/sandboxes/{id}/pause"), json!({}));
+            (change.join().expect("change"), paused)
+        });
+        assert_eq!((change, paused), (200, 200), "round {round} (0: no answer within 30 s)");
+        let (st, v) = d.get(&format!("/v1/sandboxes/{id}"));
+        assert_eq!((st, v["network"]["mode"].as_str()), (200, Some("allow-list")), "{v}");
+        assert_eq!(d.delete(&format!("/v1/sandboxes/{id}")).0, 204);
+    }
+}

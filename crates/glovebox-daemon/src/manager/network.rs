@@ -116,17 +116,32 @@ impl Manager {
         // A destroy that came meanwhile waited for any change under way, then released the
         // link as it found it: a change after it would link a dead sandbox.
         self.get(id)?;
+        // A change that writes into the sandbox (its resolver's address with a first link,
+        // its CA for brokering) needs its processes: a paused sandbox is resumed first, as
+        // for any request that reaches them (and a pause waits for a change under way).
+        if (policy.needs_link() && !sb.net.linked()) || policy.brokers() {
+            self.wake_for_request(&sb)?;
+        }
         crate::egress::Egress::check_secrets(&self.secrets, &sb.tenant, &policy).map_err(Error::Invalid)?;
-        self.prepare(&sb, &policy).await?;
-        if !sb.net.linked() {
-            if policy.needs_link() {
-                self.link(&sb, &policy).await?;
+        let applied = async {
+            self.prepare(&sb, &policy).await?;
+            if !sb.net.linked() {
+                if policy.needs_link() {
+                    self.link(&sb, &policy).await?;
+                }
+            } else {
+                let (slot, p, net) = (sb.slot(), policy.clone(), self.net.clone());
+                tokio::task::spawn_blocking(move || net.apply(slot, &p, false))
+                    .await
+                    .map_err(|e| Error::Internal(format!("network task: {e}")))??;
             }
-        } else {
-            let (slot, p, net) = (sb.slot(), policy.clone(), self.net.clone());
-            tokio::task::spawn_blocking(move || net.apply(slot, &p, false))
-                .await
-                .map_err(|e| Error::Internal(format!("network task: {e}")))??;
+            Ok::<_, Error>(())
+        };
+        if let Err(e) = applied.await {
+            // Destroyed meanwhile (its agent and namespace gone under the change): that is
+            // the answer, not what the change tripped on.
+            self.get(id)?;
+            return Err(e);
         }
         sb.egress.set_policy(policy);
         lock(&sb.net.current).policy = np.redacted();

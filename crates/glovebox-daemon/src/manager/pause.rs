@@ -27,6 +27,10 @@ pub(crate) async fn hibernate_unavailable() -> Error {
     Error::HibernateUnavailable(reason)
 }
 
+/// How long a pause waits for a network policy change under way (one bounded by the agent's
+/// answers and the firewall's commit).
+const CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl Manager {
     /// Pauses the sandbox `id`; one already paused stays as it is.
     pub fn pause(&self, id: &str) -> Result<Arc<Sb>> {
@@ -42,8 +46,23 @@ impl Manager {
         Ok(sb)
     }
 
-    /// Freezes `sb` and stops its clocks; false if it was paused already.
+    /// Freezes `sb` and stops its clocks; false if it was paused already. Blocking: a
+    /// network policy change under way, which may be writing into the sandbox (its agent
+    /// frozen mid-write would hold the change until a resume), finishes first.
     pub(crate) fn pause_sb(&self, sb: &Sb) -> Result<bool> {
+        let t = Instant::now();
+        let no_change = loop {
+            match sb.net.changing.try_lock() {
+                Ok(g) => break g,
+                Err(_) if t.elapsed() < CHANGE_WAIT => std::thread::sleep(std::time::Duration::from_millis(2)),
+                Err(_) => {
+                    return Err(Error::Conflict(format!(
+                        "sandbox {}: a network policy change is still under way; pause it again later",
+                        sb.id
+                    )))
+                }
+            }
+        };
         let mut paused = lock(&sb.clock.paused);
         if paused.is_some() {
             return Ok(false);
@@ -53,6 +72,7 @@ impl Manager {
         *paused = Some(left);
         sb.clock.pauses.send_replace(true);
         drop(paused);
+        drop(no_change);
         sb.clock.wake.notify_one();
         self.store_clock(sb);
         tracing::debug!(sandbox = %sb.id, left_ms = left.as_millis() as u64, "paused");
