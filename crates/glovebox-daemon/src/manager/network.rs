@@ -137,12 +137,9 @@ impl Manager {
             }
             Ok::<_, Error>(())
         };
-        if let Err(e) = applied.await {
-            // Destroyed meanwhile (its agent and namespace gone under the change): that is
-            // the answer, not what the change tripped on.
-            self.get(id)?;
-            return Err(e);
-        }
+        // Destroyed meanwhile (its agent and namespace gone under the change): that is the
+        // answer, not what the change tripped on.
+        applied.await.map_err(|e| self.unless_gone(id, e))?;
         sb.egress.set_policy(policy);
         lock(&sb.net.current).policy = np.redacted();
         if let Err(e) = self.store.set_config(&sb.id, &sb.config()) {

@@ -104,6 +104,12 @@ impl Manager {
         }
     }
 
+    /// What a request on sandbox `id` that failed answers: that the sandbox is gone if it was
+    /// destroyed meanwhile (what the request was using went with it), else `e`.
+    pub(crate) fn unless_gone(&self, id: &str, e: Error) -> Error {
+        self.get(id).err().unwrap_or(e)
+    }
+
     pub fn list(&self) -> Vec<Sandbox> {
         self.list_for(&crate::tenants::Caller::admin())
     }

@@ -110,7 +110,7 @@ impl Manager {
         taken: NameTaken,
     ) -> Result<SnapshotInfo> {
         let sb = self.get(id)?;
-        let m = self.take_snapshot(&sb, tenant, name, false, taken).await?;
+        let m = self.take_snapshot(&sb, tenant, name, false, taken).await.map_err(|e| self.unless_gone(id, e))?;
         if taken == NameTaken::Replace {
             // The layer of a snapshot this one replaced goes unless a sandbox runs on it.
             self.collect_snapshots().await;
@@ -289,7 +289,7 @@ impl Manager {
         let name = format!("fork-{}", crate::util::random_token(16));
         lock(&self.forks_in_flight).insert(name.clone());
         let _in_flight = InFlight(self, name.clone());
-        self.take_snapshot(&sb, tenant, &name, true, NameTaken::Refuse).await?;
+        self.take_snapshot(&sb, tenant, &name, true, NameTaken::Refuse).await.map_err(|e| self.unless_gone(id, e))?;
         let left = sb.deadline().at.saturating_duration_since(Instant::now());
         let l = &sb.limits;
         let req = CreateSandbox {
