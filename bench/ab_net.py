@@ -13,24 +13,18 @@ Prints each side's p50 per kind and the median of the paired per-round differenc
 """
 import argparse
 import os
-import random
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+from ab_cycle import ci  # noqa: E402  (median of paired differences, bootstrap 95 %)
 
 KINDS = {
     "deny_all": {"mode": "deny-all"},
     "allow_list": {"mode": "allow-list", "allow": ["198.51.100.0/24"]},
 }
-
-
-def ci(diffs):
-    """Median of `diffs` and its bootstrap 95 % interval."""
-    meds = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(1000))
-    return statistics.median(diffs), meds[25], meds[974]
 
 
 def block(api, k):
