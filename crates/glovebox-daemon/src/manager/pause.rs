@@ -35,14 +35,15 @@ impl Manager {
     /// Pauses the sandbox `id`; one already paused stays as it is.
     pub fn pause(&self, id: &str) -> Result<Arc<Sb>> {
         let sb = self.get(id)?;
-        self.pause_sb(&sb)?;
+        // Destroyed under the freeze (its cgroups removed): gone, not what the freeze hit.
+        self.pause_sb(&sb).map_err(|e| self.unless_gone(id, e))?;
         Ok(sb)
     }
 
     /// Resumes the sandbox `id`; one running stays as it is.
     pub fn resume(&self, id: &str) -> Result<Arc<Sb>> {
         let sb = self.get(id)?;
-        self.resume_sb(&sb)?;
+        self.resume_sb(&sb).map_err(|e| self.unless_gone(id, e))?;
         Ok(sb)
     }
 
